@@ -1,0 +1,1 @@
+"""Agent profiles: the soul, skills and tools that open every context stack."""

@@ -1,0 +1,1 @@
+"""Orgs and their API keys."""

@@ -1,0 +1,110 @@
+"""Typed settings built once from the environment (CONTRACT.md, "Environment")."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+DEFAULT_LLM_MODEL = "gpt-4o-mini"
+
+# Environment variable -> settings field. Spelled out rather than derived so that
+# grepping for a variable name lands here.
+ENVIRONMENT: dict[str, str] = {
+    "DATABASE_URL": "database_url",
+    "REDIS_URL": "redis_url",
+    "CELERY_BROKER_URL": "broker_url",
+    "PORT": "port",
+    "OPENAI_API_KEY": "openai_api_key",
+    "OPENAI_BASE_URL": "openai_base_url",
+    "DRIFTLESS_LLM": "llm",
+    "DRIFTLESS_LLM_MODEL": "llm_model",
+    "DRIFTLESS_DEBOUNCE_MS": "debounce_ms",
+    "DRIFTLESS_DRIFT_INTERVAL": "drift_interval",
+    "DRIFTLESS_WINDOW": "window",
+    "DRIFTLESS_SCAN_BACK": "scan_back",
+    "DRIFTLESS_MEMORY_TOKEN_BUDGET": "memory_token_budget",
+    "DRIFTLESS_RECONCILE_S": "reconcile_s",
+    "DRIFTLESS_HOME": "home",
+    "DRIFTLESS_MAX_BODY_BYTES": "max_body_bytes",
+}
+FIELD_TO_VARIABLE = {field: var for var, field in ENVIRONMENT.items()}
+
+
+class ConfigError(Exception):
+    """A bad environment value; the message names the variable."""
+
+
+class Settings(BaseModel):
+    """Everything a process reads from its environment, validated."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    database_url: str | None = None
+    redis_url: str | None = None
+    broker_url: str | None = None
+    port: int = Field(default=8000, ge=1, le=65535)
+    openai_api_key: str | None = None
+    openai_base_url: str | None = None
+    llm: Literal["openai", "local"] | None = None
+    llm_model: str = Field(default=DEFAULT_LLM_MODEL, min_length=1)
+    debounce_ms: int = Field(default=2000, ge=0, le=600_000)
+    drift_interval: int = Field(default=10, ge=1)
+    window: int = Field(default=20, ge=1, le=1000)
+    scan_back: int = Field(default=10, ge=1, le=1000)
+    memory_token_budget: int = Field(default=2000, ge=0)
+    reconcile_s: int = Field(default=60, ge=1)
+    # Where embedded PostgreSQL and Redis keep their files when no URL is given.
+    home: Path = Path(".driftless")
+    max_body_bytes: int = Field(default=256 * 1024, ge=1024)
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_only(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("postgresql", "postgres://")):
+            raise ValueError("must be a postgresql:// URL")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_only(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        return value
+
+    @property
+    def llm_provider(self) -> Literal["openai", "local"]:
+        """`openai` when a key is set and nothing else was asked for, else `local`."""
+        if self.llm is not None:
+            return self.llm
+        return "openai" if self.openai_api_key else "local"
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Build Settings from `environ` (default: the process environment)."""
+    environ = os.environ if environ is None else environ
+    raw = {
+        field: environ[var]
+        for var, field in ENVIRONMENT.items()
+        if environ.get(var, "").strip() != ""
+    }
+    try:
+        return Settings.model_validate(raw)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field = str(error["loc"][0]) if error["loc"] else "?"
+            variable = FIELD_TO_VARIABLE.get(field, field)
+            problems.append(f"{variable}={raw.get(field)!r}: {error['msg']}")
+        raise ConfigError("bad configuration: " + "; ".join(problems)) from None
+
+
+def load_settings_or_exit(environ: Mapping[str, str] | None = None) -> Settings:
+    """load_settings for process entry points: a bad value ends the process with its message."""
+    try:
+        return load_settings(environ)
+    except ConfigError as exc:
+        raise SystemExit(f"driftless: {exc}") from None

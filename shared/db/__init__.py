@@ -1,0 +1,1 @@
+"""Database plumbing: declarative base, engine factory, unit of work."""

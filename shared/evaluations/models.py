@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import BigInteger, CheckConstraint, DateTime, ForeignKey, Identity, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from shared.db.base import Base
+
+TRIGGERS = (
+    "topic_closed",
+    "heartbeat",
+    "navigation",
+    "visibility",
+    "disconnect",
+    "manual",
+    "reevaluate",
+    "reconcile",
+)
+OUTCOMES = ("fork", "refresh", "skipped", "fallback")
+
+
+class Evaluation(Base):
+    __tablename__ = "evaluations"
+    __table_args__ = (
+        CheckConstraint(f"trigger IN {TRIGGERS}", name="trigger"),
+        CheckConstraint(f"outcome IN {OUTCOMES}", name="outcome"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    topic_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("topics.id", ondelete="CASCADE"), index=True
+    )
+    trigger: Mapped[str] = mapped_column(String(32))
+    outcome: Mapped[str] = mapped_column(String(16))
+    llm_calls: Mapped[int] = mapped_column(default=0)
+    prompt_tokens: Mapped[int] = mapped_column(default=0)
+    completion_tokens: Mapped[int] = mapped_column(default=0)
+    model: Mapped[str | None] = mapped_column(String(200))
+    error: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -1,0 +1,1 @@
+"""Durable facts: one key-value document per org + agent + user (R22)."""

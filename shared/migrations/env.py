@@ -1,0 +1,26 @@
+"""Alembic environment: the URL comes from the caller (shared.db.migrate), never from a file."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import create_engine, pool
+
+from shared.db.engine import sqlalchemy_url
+from shared.models import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def run_migrations_online() -> None:
+    url = config.get_main_option("sqlalchemy.url")
+    if not url:
+        raise RuntimeError("no database URL: run migrations through `driftless db upgrade`")
+    engine = create_engine(sqlalchemy_url(url), poolclass=pool.NullPool)
+    with engine.connect() as connection:
+        context.configure(connection=connection, target_metadata=target_metadata, compare_type=True)
+        with context.begin_transaction():
+            context.run_migrations()
+
+
+run_migrations_online()

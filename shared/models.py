@@ -1,0 +1,23 @@
+"""Every model, imported once so that `Base.metadata` is complete (Alembic, tests)."""
+
+from shared.agents.models import AgentProfile
+from shared.auth.models import ApiKey, Org
+from shared.db.base import Base
+from shared.evaluations.models import Evaluation
+from shared.facts.models import FactsDocument
+from shared.notes.models import NotesDocument
+from shared.sessions.models import ChatSession, Message
+from shared.topics.models import Topic
+
+__all__ = [
+    "AgentProfile",
+    "ApiKey",
+    "Base",
+    "ChatSession",
+    "Evaluation",
+    "FactsDocument",
+    "Message",
+    "NotesDocument",
+    "Org",
+    "Topic",
+]

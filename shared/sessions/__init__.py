@@ -1,0 +1,1 @@
+"""Sessions (conversations) and the messages posted to them."""

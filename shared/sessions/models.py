@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    String,
+    Text,
+    func,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from shared.db.base import Base, created_at_column
+
+ROLES = ("user", "assistant", "tool")
+
+
+class ChatSession(Base):
+    """A conversation of one user with one agent, inside one org."""
+
+    __tablename__ = "sessions"
+    __table_args__ = (Index("ix_sessions_scope", "org_id", "agent_id", "user_id"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    org_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("orgs.id", ondelete="CASCADE"))
+    agent_id: Mapped[str] = mapped_column(String(200))
+    user_id: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = created_at_column()
+    last_activity_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+
+
+class Message(Base):
+    __tablename__ = "messages"
+    __table_args__ = (
+        CheckConstraint(f"role IN {ROLES}", name="role"),
+        # The thread of a topic, newest first, is the hot read (context window, drift scan).
+        Index("ix_messages_topic_id_id", "topic_id", "id"),
+        Index("ix_messages_session_id_id", "session_id", "id"),
+    )
+
+    # One sequence for the whole service: ids increase in posting order, which drift
+    # detection relies on. Posting takes the session's row lock before the insert, so
+    # within a session the id order is also the commit order.
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    topic_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("topics.id", ondelete="CASCADE"))
+    role: Mapped[str] = mapped_column(String(16))
+    content: Mapped[str] = mapped_column(Text)
+    tool_name: Mapped[str | None] = mapped_column(String(200))
+    tool_call_id: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = created_at_column()

@@ -1,0 +1,143 @@
+"""Creating sessions, reading them, and posting and listing messages."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import func, select, update
+
+from shared.db.uow import UnitOfWork
+from shared.errors import NotFound
+from shared.sessions.models import ChatSession, Message
+from shared.topics.models import Topic
+
+
+@dataclass(frozen=True)
+class SessionView:
+    session: ChatSession
+    topics: Sequence[Topic]
+
+    @property
+    def active_topic_id(self) -> uuid.UUID | None:
+        return next((t.id for t in self.topics if t.status == "active"), None)
+
+
+@dataclass(frozen=True)
+class PostedMessage:
+    message: Message
+    topic: Topic
+    drift_evaluation_enqueued: bool
+
+
+def create_session(
+    *, uow: UnitOfWork, org_id: uuid.UUID, agent_id: str, user_id: str
+) -> SessionView:
+    """A new session with its first topic already active."""
+    session = ChatSession(org_id=org_id, agent_id=agent_id, user_id=user_id)
+    uow.session.add(session)
+    uow.session.flush()
+    topic = Topic(session_id=session.id, status="active")
+    uow.session.add(topic)
+    uow.session.flush()
+    uow.session.refresh(session)
+    uow.session.refresh(topic)
+    return SessionView(session=session, topics=[topic])
+
+
+def load_session(
+    *, uow: UnitOfWork, org_id: uuid.UUID, session_id: uuid.UUID, lock: bool = False
+) -> ChatSession:
+    """The session if it belongs to the org; `lock` takes its row lock for the transaction.
+
+    Everything that changes which topic is active, or adds to the active topic, locks
+    the session row first. That one lock serializes a session's writers, so a message
+    lands in the topic that is active when it commits (R6) and ids follow commit order.
+    """
+    query = select(ChatSession).where(ChatSession.id == session_id, ChatSession.org_id == org_id)
+    if lock:
+        query = query.with_for_update()
+    session = uow.session.scalar(query)
+    if session is None:
+        raise NotFound(f"session {session_id} not found")
+    return session
+
+
+def get_session(*, uow: UnitOfWork, org_id: uuid.UUID, session_id: uuid.UUID) -> SessionView:
+    session = load_session(uow=uow, org_id=org_id, session_id=session_id)
+    topics = uow.session.scalars(
+        select(Topic).where(Topic.session_id == session.id).order_by(Topic.created_at, Topic.id)
+    ).all()
+    return SessionView(session=session, topics=topics)
+
+
+def active_topic(*, uow: UnitOfWork, session_id: uuid.UUID) -> Topic:
+    topic = uow.session.scalar(
+        select(Topic).where(Topic.session_id == session_id, Topic.status == "active")
+    )
+    if topic is None:  # the partial unique index allows zero; the services never leave zero
+        raise NotFound(f"session {session_id} has no active topic")
+    return topic
+
+
+def post_message(
+    *,
+    uow: UnitOfWork,
+    org_id: uuid.UUID,
+    session_id: uuid.UUID,
+    role: str,
+    content: str,
+    tool_name: str | None = None,
+    tool_call_id: str | None = None,
+) -> PostedMessage:
+    """Append a message to the session's active topic and keep the topic's counters."""
+    session = load_session(uow=uow, org_id=org_id, session_id=session_id, lock=True)
+    topic = active_topic(uow=uow, session_id=session.id)
+    message = Message(
+        session_id=session.id,
+        topic_id=topic.id,
+        role=role,
+        content=content,
+        tool_name=tool_name,
+        tool_call_id=tool_call_id,
+    )
+    uow.session.add(message)
+    uow.session.flush()
+    counter = Topic.tool_message_count if role == "tool" else Topic.message_count
+    uow.session.execute(
+        update(Topic)
+        .where(Topic.id == topic.id)
+        .values({counter: counter + 1, Topic.last_message_id: message.id})
+    )
+    uow.session.execute(
+        update(ChatSession).where(ChatSession.id == session.id).values(last_activity_at=func.now())
+    )
+    uow.session.refresh(topic)
+    uow.session.refresh(message)
+    # The heartbeat (R26) arrives with drift evaluation; until then nothing is enqueued here.
+    return PostedMessage(message=message, topic=topic, drift_evaluation_enqueued=False)
+
+
+def list_messages(
+    *,
+    uow: UnitOfWork,
+    org_id: uuid.UUID,
+    session_id: uuid.UUID,
+    topic_id: uuid.UUID | None,
+    after_id: int | None,
+    limit: int,
+) -> Sequence[Message]:
+    """Messages oldest first, one page at a time (`after_id` is the cursor)."""
+    session = load_session(uow=uow, org_id=org_id, session_id=session_id)
+    query = select(Message).where(Message.session_id == session.id)
+    if topic_id is not None:
+        owned = uow.session.scalar(
+            select(Topic.id).where(Topic.id == topic_id, Topic.session_id == session.id)
+        )
+        if owned is None:
+            raise NotFound(f"topic {topic_id} not found in session {session_id}")
+        query = select(Message).where(Message.topic_id == topic_id)
+    if after_id is not None:
+        query = query.where(Message.id > after_id)
+    return uow.session.scalars(query.order_by(Message.id).limit(limit)).all()

@@ -1,0 +1,1 @@
+"""Just-in-time summarization of topics (R9–R14, R24)."""

@@ -1,0 +1,1 @@
+"""Topics: coherent lines of work inside a session, each with its own thread and memory flags."""

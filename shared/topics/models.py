@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import BigInteger, CheckConstraint, DateTime, ForeignKey, Index, String, Text, text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from shared.db.base import Base, created_at_column
+
+STATUSES = ("active", "closed")
+SUMMARY_SOURCES = ("llm", "fallback")
+
+
+class Topic(Base):
+    __tablename__ = "topics"
+    __table_args__ = (
+        CheckConstraint(f"status IN {STATUSES}", name="status"),
+        CheckConstraint(f"summary_source IN {SUMMARY_SOURCES}", name="summary_source"),
+        # R4: exactly one active topic per session, enforced by the database itself.
+        Index(
+            "uq_topics_one_active_per_session",
+            "session_id",
+            unique=True,
+            postgresql_where=text("status = 'active'"),
+        ),
+        Index("ix_topics_session_id_created_at", "session_id", "created_at"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    title: Mapped[str | None] = mapped_column(Text)
+    summary: Mapped[str | None] = mapped_column(Text)
+    summary_source: Mapped[str | None] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16), default="active")
+    keep_in_memory: Mapped[bool] = mapped_column(default=False)
+    keep_in_memory_manually_set: Mapped[bool] = mapped_column(default=False)
+    deprecated: Mapped[bool] = mapped_column(default=False)
+    deprecated_manually_set: Mapped[bool] = mapped_column(default=False)
+    # Counters kept in the transaction that inserts a message, so nothing counts rows.
+    message_count: Mapped[int] = mapped_column(default=0)  # user + assistant (R12, R26)
+    tool_message_count: Mapped[int] = mapped_column(default=0)
+    last_message_id: Mapped[int | None] = mapped_column(BigInteger)
+    # Watermark of the last summary: the last message it saw and the prompt that made it.
+    # A job that finds both unchanged has nothing to do (idempotent summarization).
+    summarized_through_id: Mapped[int | None] = mapped_column(BigInteger)
+    summary_prompt_version: Mapped[str | None] = mapped_column(String(32))
+    created_at: Mapped[datetime] = created_at_column()
+    closed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    summarized_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    @property
+    def memory_state(self) -> str:
+        """R17's tri-state, derived from the two flags."""
+        if self.deprecated:
+            return "deprecated"
+        return "promoted" if self.keep_in_memory else "none"
+
+    @property
+    def summary_pending(self) -> bool:
+        """True while the topic has messages its summary has not seen."""
+        return (
+            self.last_message_id is not None and self.summarized_through_id != self.last_message_id
+        )

@@ -1,0 +1,1 @@
+"""The thin Flask API: validate, write through one service call, enqueue."""

@@ -1,0 +1,60 @@
+"""The Flask app factory (gunicorn: `web.app:create_app()`)."""
+
+from __future__ import annotations
+
+import logging
+
+import redis
+from flask import jsonify
+from flask_openapi3 import Info, OpenAPI
+
+from shared.config import Settings, load_settings_or_exit
+from shared.db.engine import make_engine, make_session_factory
+from shared.queue import JobQueue
+from shared.runtime import resolve_endpoints
+from web.auth import install_auth
+from web.body import install_body_checks
+from web.errors import install_error_handlers, validation_error_response
+from web.runtime import WebRuntime
+from web.views import agents, health, sessions, topics
+from worker.app import make_celery
+from worker.queue import CeleryJobQueue
+
+log = logging.getLogger(__name__)
+
+BEARER_SCHEME = {"bearer": {"type": "http", "scheme": "bearer"}}
+
+
+def create_app(settings: Settings | None = None, *, queue: JobQueue | None = None) -> OpenAPI:
+    """Build the app from settings (default: the environment); `queue` overrides Celery."""
+    settings = settings or load_settings_or_exit()
+    endpoints = resolve_endpoints(settings)
+    app = OpenAPI(
+        __name__,
+        info=Info(title="driftless", version="0.1.0"),
+        security_schemes=BEARER_SCHEME,
+        doc_ui=False,
+        validation_error_callback=validation_error_response,
+    )
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+
+    engine = make_engine(endpoints.database_url)
+    if queue is None:
+        queue = CeleryJobQueue(make_celery(settings, endpoints=endpoints))
+    app.extensions["driftless"] = WebRuntime(
+        settings=settings,
+        engine=engine,
+        session_factory=make_session_factory(engine),
+        queue=queue,
+        redis=redis.Redis.from_url(endpoints.redis_url),
+    )
+
+    install_auth(app)
+    install_body_checks(app)
+    install_error_handlers(app)
+    for blueprint in (health.bp, agents.bp, sessions.bp, topics.bp):
+        app.register_api(blueprint)
+    # Served by hand: flask-openapi3 mounts its JSON only together with its doc UIs.
+    app.add_url_rule("/agents-api/openapi.json", "openapi", lambda: jsonify(app.api_doc))
+    return app

@@ -1,0 +1,34 @@
+"""Bearer-key authentication: every /agents-api request is scoped to its key's org."""
+
+from __future__ import annotations
+
+import uuid
+
+from flask import Flask, Response, g, request
+
+from shared.auth.service import org_for_key
+from web.errors import error_response
+from web.runtime import unit_of_work
+
+PUBLIC_PATHS = {"/agents-api/openapi.json"}
+
+
+def current_org() -> uuid.UUID:
+    org_id: uuid.UUID = g.org_id
+    return org_id
+
+
+def install_auth(app: Flask) -> None:
+    @app.before_request
+    def _authenticate() -> tuple[Response, int] | None:
+        if not request.path.startswith("/agents-api") or request.path in PUBLIC_PATHS:
+            return None
+        scheme, _, key = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            return error_response(401, "unauthorized", "missing 'Authorization: Bearer <key>'")
+        with unit_of_work() as uow:
+            org_id = org_for_key(uow=uow, key=key.strip())
+        if org_id is None:
+            return error_response(401, "unauthorized", "unknown or revoked API key")
+        g.org_id = org_id
+        return None

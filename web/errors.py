@@ -1,0 +1,72 @@
+"""Every error a client can see, in the contract's one shape: {"error": {code, message}}."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Flask, Response, jsonify
+from pydantic import ValidationError
+from sqlalchemy.exc import OperationalError
+from werkzeug.exceptions import HTTPException
+
+from shared.errors import Conflict, DomainError, Invalid, NotFound, Unavailable
+
+log = logging.getLogger(__name__)
+
+STATUS_OF: dict[type[DomainError], int] = {
+    NotFound: 404,
+    Conflict: 409,
+    Invalid: 422,
+    Unavailable: 503,
+}
+HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "too_large",
+    415: "unsupported_media_type",
+}
+
+
+def error_response(status: int, code: str, message: str, **extra: Any) -> tuple[Response, int]:
+    return jsonify({"error": {"code": code, "message": message, **extra}}), status
+
+
+def _field_name(location: tuple[int | str, ...]) -> str:
+    return ".".join(str(part) for part in location) or "body"
+
+
+def validation_error_response(exc: ValidationError) -> Response:
+    """422 naming each bad field; installed as flask-openapi3's validation callback."""
+    fields = [
+        {"field": _field_name(error["loc"]), "message": error["msg"]} for error in exc.errors()
+    ]
+    message = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
+    response, status = error_response(422, "validation_error", message, fields=fields)
+    response.status_code = status
+    return response
+
+
+def install_error_handlers(app: Flask) -> None:
+    @app.errorhandler(DomainError)
+    def _domain(exc: DomainError) -> tuple[Response, int]:
+        return error_response(STATUS_OF.get(type(exc), 400), exc.code, exc.message)
+
+    @app.errorhandler(HTTPException)
+    def _http(exc: HTTPException) -> tuple[Response, int] | Response:
+        if exc.response is not None:  # flask-openapi3 aborts with a ready validation response
+            return exc.response
+        status = exc.code or 500
+        return error_response(status, HTTP_CODES.get(status, "http_error"), exc.description or "")
+
+    @app.errorhandler(OperationalError)
+    def _database_down(exc: OperationalError) -> tuple[Response, int]:
+        log.error("database unavailable: %s", exc)
+        return error_response(503, "unavailable", "the database is unavailable; retry shortly")
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception) -> tuple[Response, int]:
+        log.exception("unhandled error")
+        return error_response(500, "internal_error", "an unexpected error occurred")

@@ -1,0 +1,171 @@
+"""Request and response models: one source for validation and for the OpenAPI document."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic.alias_generators import to_camel
+
+# Scope ids come from the calling platform: printable, bounded, no surrounding blanks.
+ScopeId = Annotated[
+    str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True, pattern=r"^\S.*$")
+]
+MAX_MESSAGE_CHARS = 100_000
+
+
+class CamelModel(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, validate_by_name=True, from_attributes=True, extra="forbid"
+    )
+
+
+class Body(CamelModel):
+    """A request body; JSON types are not coerced ("5" is not a number)."""
+
+    model_config = ConfigDict(strict=True)
+
+
+class OptionalBody(Body):
+    """A body every field of which is optional: an empty request body means `{}`."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_is_empty_object(cls, data: Any) -> Any:
+        return {} if data is None else data
+
+
+# --- paths and queries -------------------------------------------------------------
+
+
+class SessionPath(BaseModel):
+    sid: uuid.UUID
+
+
+class TopicPath(BaseModel):
+    tid: uuid.UUID
+
+
+class AgentPath(BaseModel):
+    agent_id: ScopeId
+
+
+class MessageQuery(CamelModel):
+    topic_id: uuid.UUID | None = None
+    after_id: int | None = Field(default=None, ge=0)
+    limit: int = Field(default=1000, ge=1, le=1000)
+
+
+# --- bodies ------------------------------------------------------------------------
+
+
+class AgentIn(Body):
+    soul: str = Field(default="", max_length=50_000)
+    skills: list[Any] = Field(default_factory=list, max_length=200)
+    tools: list[dict[str, Any]] = Field(default_factory=list, max_length=200)
+
+
+class SessionIn(Body):
+    agent_id: ScopeId
+    user_id: ScopeId
+
+
+class MessageIn(Body):
+    role: Literal["user", "assistant", "tool"]
+    content: str = Field(max_length=MAX_MESSAGE_CHARS)
+    tool_name: str | None = Field(default=None, min_length=1, max_length=200)
+    tool_call_id: str | None = Field(default=None, min_length=1, max_length=200)
+
+    @model_validator(mode="after")
+    def _tool_fields_only_on_tool_messages(self) -> MessageIn:
+        if self.role != "tool" and (self.tool_name or self.tool_call_id):
+            raise ValueError("toolName and toolCallId are only allowed when role is 'tool'")
+        return self
+
+
+class TopicIn(OptionalBody):
+    title: str | None = Field(default=None, min_length=1, max_length=500)
+
+
+# --- responses ---------------------------------------------------------------------
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorOut(BaseModel):
+    error: ErrorDetail
+
+
+class AgentOut(CamelModel):
+    agent_id: str
+    soul: str
+    skills: list[Any]
+    tools: list[dict[str, Any]]
+
+
+class TopicOut(CamelModel):
+    id: uuid.UUID
+    session_id: uuid.UUID
+    title: str | None
+    summary: str | None
+    summary_source: Literal["llm", "fallback"] | None
+    status: Literal["active", "closed"]
+    memory_state: Literal["none", "promoted", "deprecated"]
+    keep_in_memory: bool
+    keep_in_memory_manually_set: bool
+    deprecated: bool
+    deprecated_manually_set: bool
+    message_count: int
+    created_at: datetime
+    closed_at: datetime | None
+    summarized_at: datetime | None
+
+
+class SessionOut(CamelModel):
+    id: uuid.UUID
+    agent_id: str
+    user_id: str
+    org_id: uuid.UUID
+    active_topic_id: uuid.UUID | None
+    created_at: datetime
+
+
+class SessionWithTopicsOut(SessionOut):
+    topics: list[TopicOut]
+
+
+class MessageOut(CamelModel):
+    id: int
+    topic_id: uuid.UUID
+    role: str
+    content: str
+    tool_name: str | None
+    tool_call_id: str | None
+    created_at: datetime
+
+
+class MessageListOut(CamelModel):
+    messages: list[MessageOut]
+    next_after_id: int | None
+
+
+class PostedMessageOut(CamelModel):
+    id: int
+    topic_id: uuid.UUID
+    created_at: datetime
+    drift_evaluation_enqueued: bool
+
+
+class HealthOut(BaseModel):
+    status: str
+    checks: dict[str, str] = Field(default_factory=dict)
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    """JSON-ready camelCase dict."""
+    return model.model_dump(mode="json", by_alias=True)

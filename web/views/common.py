@@ -1,0 +1,23 @@
+"""What every API blueprint shares: the bearer security scheme and the error responses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask_openapi3 import APIBlueprint, Tag
+
+from web.schemas import ErrorOut
+
+SECURITY: list[dict[str, list[str]]] = [{"bearer": []}]
+ERRORS: dict[int, Any] = {401: ErrorOut, 404: ErrorOut, 422: ErrorOut}
+
+
+def api_blueprint(name: str, tag: str) -> APIBlueprint:
+    return APIBlueprint(
+        name,
+        __name__,
+        url_prefix="/agents-api",
+        abp_tags=[Tag(name=tag)],
+        abp_security=SECURITY,
+        abp_responses=ERRORS,
+    )

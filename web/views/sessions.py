@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+from typing import Any
+
+from shared.sessions import service
+from shared.sessions.service import SessionView
+from shared.topics.service import open_topic
+from web.auth import current_org
+from web.runtime import unit_of_work
+from web.schemas import (
+    MessageIn,
+    MessageListOut,
+    MessageOut,
+    MessageQuery,
+    PostedMessageOut,
+    SessionIn,
+    SessionOut,
+    SessionPath,
+    SessionWithTopicsOut,
+    TopicIn,
+    TopicOut,
+    dump,
+)
+from web.views.common import api_blueprint
+
+bp = api_blueprint("sessions", "sessions")
+
+
+def _session_fields(view: SessionView) -> dict[str, Any]:
+    s = view.session
+    return {
+        "id": s.id,
+        "agent_id": s.agent_id,
+        "user_id": s.user_id,
+        "org_id": s.org_id,
+        "active_topic_id": view.active_topic_id,
+        "created_at": s.created_at,
+    }
+
+
+@bp.post("/sessions", responses={201: SessionOut})
+def create(body: SessionIn) -> tuple[dict[str, Any], int]:
+    """Start a session; its first topic is created active."""
+    with unit_of_work() as uow:
+        view = service.create_session(
+            uow=uow, org_id=current_org(), agent_id=body.agent_id, user_id=body.user_id
+        )
+        uow.commit()
+    return dump(SessionOut(**_session_fields(view))), 201
+
+
+@bp.get("/sessions/<sid>", responses={200: SessionWithTopicsOut})
+def get(path: SessionPath) -> dict[str, Any]:
+    """A session with its topics in creation order."""
+    with unit_of_work() as uow:
+        view = service.get_session(uow=uow, org_id=current_org(), session_id=path.sid)
+    topics = [TopicOut.model_validate(t) for t in view.topics]
+    return dump(SessionWithTopicsOut(**_session_fields(view), topics=topics))
+
+
+@bp.post("/sessions/<sid>/messages", responses={201: PostedMessageOut})
+def post_message(path: SessionPath, body: MessageIn) -> tuple[dict[str, Any], int]:
+    """Append a message to the session's active topic."""
+    with unit_of_work() as uow:
+        posted = service.post_message(
+            uow=uow,
+            org_id=current_org(),
+            session_id=path.sid,
+            role=body.role,
+            content=body.content,
+            tool_name=body.tool_name,
+            tool_call_id=body.tool_call_id,
+        )
+        uow.commit()
+    out = PostedMessageOut(
+        id=posted.message.id,
+        topic_id=posted.topic.id,
+        created_at=posted.message.created_at,
+        drift_evaluation_enqueued=posted.drift_evaluation_enqueued,
+    )
+    return dump(out), 201
+
+
+@bp.get("/sessions/<sid>/messages", responses={200: MessageListOut})
+def list_messages(path: SessionPath, query: MessageQuery) -> dict[str, Any]:
+    """Messages oldest first, of the whole session or of one topic; `afterId` pages on."""
+    with unit_of_work() as uow:
+        messages = service.list_messages(
+            uow=uow,
+            org_id=current_org(),
+            session_id=path.sid,
+            topic_id=query.topic_id,
+            after_id=query.after_id,
+            limit=query.limit,
+        )
+    next_after = messages[-1].id if len(messages) == query.limit else None
+    out = MessageListOut(
+        messages=[MessageOut.model_validate(m) for m in messages], next_after_id=next_after
+    )
+    return dump(out)
+
+
+@bp.post("/sessions/<sid>/topics", responses={201: TopicOut})
+def create_topic(path: SessionPath, body: TopicIn) -> tuple[dict[str, Any], int]:
+    """Open a new active topic; the prior one is closed and its summary enqueued (R25)."""
+    with unit_of_work() as uow:
+        topic = open_topic(uow=uow, org_id=current_org(), session_id=path.sid, title=body.title)
+        uow.commit()
+    return dump(TopicOut.model_validate(topic)), 201

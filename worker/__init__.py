@@ -1,0 +1,1 @@
+"""The Celery worker fleet and the `driftless` command line."""

@@ -1,0 +1,66 @@
+"""`make_celery`: the Celery app, built from the same settings as the web app."""
+
+from __future__ import annotations
+
+from celery import Celery
+from kombu import Queue
+
+from shared.config import Settings
+from shared.queue import RECONCILE, SUMMARIZE_TOPIC
+from shared.runtime import Endpoints, resolve_endpoints
+from worker.context import WorkerContext
+
+LLM_QUEUE = "llm"
+FAST_QUEUE = "fast"
+
+# Hard limit of an LLM-bound task; the broker's visibility timeout must exceed it.
+LLM_TASK_TIME_LIMIT_S = 300
+LLM_TASK_SOFT_TIME_LIMIT_S = 240
+
+TASK_ROUTES = {
+    SUMMARIZE_TOPIC: {"queue": LLM_QUEUE},
+    RECONCILE: {"queue": FAST_QUEUE},
+}
+
+
+def make_celery(settings: Settings, *, endpoints: Endpoints | None = None) -> Celery:
+    endpoints = endpoints or resolve_endpoints(settings)
+    app = Celery("driftless", set_as_current=False, include=["worker.tasks"])
+    app.conf.update(
+        broker_url=endpoints.broker_url,
+        # Routing by task name keeps web (which only sends by name) and worker in step.
+        task_queues=[Queue(LLM_QUEUE), Queue(FAST_QUEUE)],
+        task_default_queue=FAST_QUEUE,
+        task_routes=TASK_ROUTES,
+        task_serializer="json",
+        accept_content=["json"],
+        # Ack after the task ran, not when it was received: a worker that dies mid-task
+        # leaves the job on the broker for another worker. Every task is idempotent.
+        task_acks_late=True,
+        # ...and a worker killed by a signal or the OOM killer also gives the job back.
+        task_reject_on_worker_lost=True,
+        # One job at a time per worker process: an LLM call takes seconds, and prefetched
+        # jobs would wait behind it while other workers sit idle.
+        worker_prefetch_multiplier=1,
+        # A job unacked for longer than this is redelivered by Redis. It must exceed the
+        # longest task (hard time limit), or a slow LLM call would run twice in parallel.
+        broker_transport_options={"visibility_timeout": LLM_TASK_TIME_LIMIT_S * 4},
+        task_time_limit=LLM_TASK_TIME_LIMIT_S,
+        task_soft_time_limit=LLM_TASK_SOFT_TIME_LIMIT_S,
+        # Results live in PostgreSQL (topics, evaluation rows); no result backend traffic.
+        task_ignore_result=True,
+        result_backend=None,
+        # When the broker connection drops, late-ack tasks would be redelivered anyway;
+        # cancel them rather than let two copies run.
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        broker_connection_retry_on_startup=True,
+        # Fail fast when the broker is down: the web's send must not hang a request.
+        broker_connection_timeout=2,
+        task_publish_retry_policy={"max_retries": 2, "interval_start": 0.1, "interval_step": 0.2},
+        beat_schedule={
+            "reconcile": {"task": RECONCILE, "schedule": float(settings.reconcile_s)},
+        },
+        worker_hijack_root_logger=False,
+    )
+    app.driftless = WorkerContext(settings, endpoints)  # type: ignore[attr-defined]
+    return app

@@ -1,0 +1,71 @@
+"""The `driftless` command line (CONTRACT.md, "Command line")."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from shared.auth.service import create_api_key
+from shared.config import load_settings_or_exit
+from shared.db import migrate
+from shared.db.engine import make_engine, make_session_factory
+from shared.db.uow import UnitOfWork
+from shared.queue import RecordingQueue
+from shared.runtime import database_url_of
+from worker.logs import configure_logging
+
+
+def _database_url() -> str:
+    """The configured database, or the embedded one (started if need be)."""
+    return database_url_of(load_settings_or_exit())
+
+
+@click.group()
+def main() -> None:
+    """driftless: bounded, curated memory for long-horizon agents."""
+    configure_logging()
+
+
+@main.group()
+def db() -> None:
+    """Database schema."""
+
+
+@db.command("upgrade")
+def db_upgrade() -> None:
+    """Migrate the database to the newest schema."""
+    migrate.upgrade(_database_url())
+    click.echo("database is at head")
+
+
+@db.command("check")
+def db_check() -> None:
+    """Fail if the models have changes no migration covers."""
+    migrate.check(_database_url())
+    click.echo("models and migrations agree")
+
+
+@main.group()
+def keys() -> None:
+    """API keys."""
+
+
+@keys.command("create")
+@click.argument("org")
+def keys_create(org: str) -> None:
+    """Create an API key for ORG (created if new); the key is the last line printed."""
+    engine = make_engine(_database_url(), pool_size=1, max_overflow=0)
+    with UnitOfWork(make_session_factory(engine), RecordingQueue()) as uow:
+        key = create_api_key(uow=uow, org_name=org)
+        uow.commit()
+    click.echo(f"created an API key for org {org!r}; it is shown only once:", err=True)
+    click.echo(key)
+
+
+@main.command()
+def up() -> None:
+    """Run web, worker and beat together until Ctrl-C."""
+    from worker.supervisor import run_system
+
+    sys.exit(run_system(load_settings_or_exit()))

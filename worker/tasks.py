@@ -1,0 +1,51 @@
+"""Celery tasks: each takes ids, opens one unit of work, calls one service function."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+
+from celery import Task, shared_task
+from sqlalchemy.exc import OperationalError
+
+from shared.queue import RECONCILE, SUMMARIZE_TOPIC, Job
+from shared.summaries.service import summarize_topic as summarize
+from shared.topics.reconcile import closed_topics_awaiting_summary
+from worker.context import context_of, unit_of_work
+
+log = logging.getLogger(__name__)
+
+# A database blip is worth retrying; everything else is a bug to surface, not to loop on.
+RETRYABLE = (OperationalError,)
+
+
+@shared_task(
+    name=SUMMARIZE_TOPIC,
+    bind=True,
+    autoretry_for=RETRYABLE,
+    retry_backoff=True,
+    retry_backoff_max=60,
+    max_retries=8,
+)
+def summarize_topic(self: Task, topic_id: str, trigger: str = "topic_closed") -> str:
+    """Summarize one topic; a repeat for an unchanged topic writes nothing."""
+    with unit_of_work(self.app) as uow:
+        outcome = summarize(uow=uow, topic_id=uuid.UUID(topic_id), trigger=trigger)
+        uow.commit()
+    log.info("summarize_topic %s: %s", topic_id, outcome.outcome)
+    return outcome.outcome
+
+
+@shared_task(name=RECONCILE, bind=True)
+def reconcile(self: Task) -> int:
+    """Re-enqueue summaries whose job was lost; runs on beat every DRIFTLESS_RECONCILE_S."""
+    grace = dt.timedelta(seconds=context_of(self.app).settings.reconcile_s)
+    with unit_of_work(self.app) as uow:
+        topic_ids = closed_topics_awaiting_summary(uow=uow, older_than=grace)
+        for topic_id in topic_ids:
+            uow.enqueue(Job(SUMMARIZE_TOPIC, {"topic_id": str(topic_id), "trigger": "reconcile"}))
+        uow.commit()
+    if topic_ids:
+        log.warning("reconcile: re-enqueued %d lost summaries", len(topic_ids))
+    return len(topic_ids)
