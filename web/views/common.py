@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any
 
 from flask_openapi3 import APIBlueprint, Tag
+from pydantic import BaseModel
 
 from web.schemas import ErrorOut
 
 SECURITY: list[dict[str, list[str]]] = [{"bearer": []}]
-ERRORS: dict[int, Any] = {401: ErrorOut, 404: ErrorOut, 422: ErrorOut}
+ERRORS: dict[str | int | HTTPStatus, type[BaseModel] | dict[Any, Any] | None] = {
+    401: ErrorOut,
+    404: ErrorOut,
+    422: ErrorOut,
+}
 
 
 def api_blueprint(name: str, tag: str) -> APIBlueprint:

@@ -1,0 +1,44 @@
+# driftless — `make help` lists the targets.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+
+VENV ?= .venv
+BIN := $(VENV)/bin
+PYTHON ?= python3
+INSTALLED := $(VENV)/.installed
+
+.PHONY: help install run test test-unit lint fmt clean
+
+help: ## List the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F ':.*?## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+install: $(INSTALLED) ## Create the virtualenv and install driftless with its dev tools
+
+$(INSTALLED): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[dev]"
+	touch $@
+
+run: install ## Start web, worker and beat (embedded PostgreSQL/Redis unless DATABASE_URL/REDIS_URL are set)
+	$(BIN)/driftless up
+
+test: install ## Run the whole suite on real PostgreSQL, Redis and a real Celery worker
+	$(BIN)/pytest
+
+test-unit: install ## Only the pure unit tests (no services needed)
+	$(BIN)/pytest tests/unit
+
+lint: install ## ruff, mypy (strict on shared/), import contracts
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy --strict shared
+	$(BIN)/mypy web worker
+	$(BIN)/lint-imports
+
+fmt: install ## Format and autofix
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean: ## Remove the virtualenv and the embedded servers' data (.driftless/)
+	-[ -f .driftless/redis/redis.pid ] && kill $$(cat .driftless/redis/redis.pid) 2>/dev/null
+	rm -rf $(VENV) .driftless .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,184 @@
+"""Bad input on every write route: the right 4xx, the field named, nothing written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+from sqlalchemy import Connection, text
+
+from tests.helpers import new_session
+
+TABLES = ("sessions", "topics", "messages", "agents")
+
+
+def _row_counts(connection: Connection) -> dict[str, int]:
+    return {t: connection.execute(text(f"SELECT count(*) FROM {t}")).scalar_one() for t in TABLES}
+
+
+WRITE_ROUTES = [
+    ("PUT", "/agents-api/agents/a1"),
+    ("POST", "/agents-api/sessions"),
+    ("POST", "/agents-api/sessions/{sid}/messages"),
+    ("POST", "/agents-api/sessions/{sid}/topics"),
+]
+
+# (route, body, field the error must name)
+INVALID_BODIES: list[tuple[str, str, Any, str]] = [
+    ("PUT", "/agents-api/agents/a1", {"soul": 5}, "soul"),
+    ("PUT", "/agents-api/agents/a1", {"skills": "sql"}, "skills"),
+    ("PUT", "/agents-api/agents/a1", {"tools": ["not an object"]}, "tools.0"),
+    ("PUT", "/agents-api/agents/a1", {"soul": "s", "sould": "typo"}, "sould"),
+    ("PUT", "/agents-api/agents/a1", [1, 2], "body"),
+    ("POST", "/agents-api/sessions", {}, "agentId"),
+    ("POST", "/agents-api/sessions", {"agentId": "a"}, "userId"),
+    ("POST", "/agents-api/sessions", {"agentId": 1, "userId": "u"}, "agentId"),
+    ("POST", "/agents-api/sessions", {"agentId": "", "userId": "u"}, "agentId"),
+    ("POST", "/agents-api/sessions", {"agentId": "a", "userId": "x" * 201}, "userId"),
+    ("POST", "/agents-api/sessions/{sid}/messages", {"content": "hi"}, "role"),
+    ("POST", "/agents-api/sessions/{sid}/messages", {"role": "system", "content": "x"}, "role"),
+    ("POST", "/agents-api/sessions/{sid}/messages", {"role": "user"}, "content"),
+    ("POST", "/agents-api/sessions/{sid}/messages", {"role": "user", "content": 42}, "content"),
+    ("POST", "/agents-api/sessions/{sid}/messages", {"role": "user", "content": None}, "content"),
+    (
+        "POST",
+        "/agents-api/sessions/{sid}/messages",
+        {"role": "user", "content": "x", "toolName": "notes"},
+        "toolName",
+    ),
+    ("POST", "/agents-api/sessions/{sid}/messages", "just a string", "body"),
+    ("POST", "/agents-api/sessions/{sid}/topics", {"title": 7}, "title"),
+    ("POST", "/agents-api/sessions/{sid}/topics", {"title": ""}, "title"),
+]
+
+
+@pytest.fixture
+def session_id(client: FlaskClient, auth: dict[str, str]) -> str:
+    sid: str = new_session(client, auth)["id"]
+    return sid
+
+
+@pytest.mark.parametrize(("method", "path", "body", "field"), INVALID_BODIES)
+def test_invalid_bodies_are_422_naming_the_field(
+    client: FlaskClient,
+    auth: dict[str, str],
+    connection: Connection,
+    session_id: str,
+    method: str,
+    path: str,
+    body: Any,
+    field: str,
+) -> None:
+    before = _row_counts(connection)
+    response = client.open(path.format(sid=session_id), method=method, json=body, headers=auth)
+    assert response.status_code == 422, response.json
+    error = response.json["error"]  # type: ignore[index]
+    assert error["code"] == "validation_error"
+    assert field in error["message"]
+    assert _row_counts(connection) == before
+
+
+@pytest.mark.parametrize(("method", "path"), WRITE_ROUTES)
+def test_malformed_json_is_400(
+    client: FlaskClient,
+    auth: dict[str, str],
+    connection: Connection,
+    session_id: str,
+    method: str,
+    path: str,
+) -> None:
+    before = _row_counts(connection)
+    response = client.open(
+        path.format(sid=session_id),
+        method=method,
+        data='{"role": "user", "content": ',
+        headers={**auth, "Content-Type": "application/json"},
+    )
+    assert response.status_code == 400
+    assert response.json["error"]["code"] == "malformed_json"  # type: ignore[index]
+    assert _row_counts(connection) == before
+
+
+@pytest.mark.parametrize(("method", "path"), WRITE_ROUTES)
+def test_non_json_bodies_are_400(
+    client: FlaskClient, auth: dict[str, str], session_id: str, method: str, path: str
+) -> None:
+    response = client.open(
+        path.format(sid=session_id),
+        method=method,
+        data="role=user",
+        headers={**auth, "Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert response.status_code == 400
+    assert "JSON" in response.json["error"]["message"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize(("method", "path"), WRITE_ROUTES)
+def test_oversized_bodies_are_413(
+    client: FlaskClient,
+    auth: dict[str, str],
+    connection: Connection,
+    session_id: str,
+    method: str,
+    path: str,
+) -> None:
+    before = _row_counts(connection)
+    huge = {"role": "user", "content": "x" * (300 * 1024)}
+    response = client.open(path.format(sid=session_id), method=method, json=huge, headers=auth)
+    assert response.status_code == 413
+    assert response.json["error"]["code"] == "too_large"  # type: ignore[index]
+    assert _row_counts(connection) == before
+
+
+def test_a_message_over_the_content_limit_is_422(
+    client: FlaskClient, auth: dict[str, str], session_id: str
+) -> None:
+    response = client.post(
+        f"/agents-api/sessions/{session_id}/messages",
+        json={"role": "user", "content": "x" * 100_001},
+        headers=auth,
+    )
+    assert response.status_code == 422
+    assert "content" in response.json["error"]["message"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/agents-api/sessions/not-a-uuid",
+        "/agents-api/topics/123",
+        "/agents-api/sessions/{sid}/messages?limit=0",
+        "/agents-api/sessions/{sid}/messages?limit=abc",
+        "/agents-api/sessions/{sid}/messages?topicId=nope",
+    ],
+)
+def test_bad_ids_and_queries_are_422(
+    client: FlaskClient, auth: dict[str, str], session_id: str, url: str
+) -> None:
+    response = client.get(url.format(sid=session_id), headers=auth)
+    assert response.status_code == 422
+    assert response.json["error"]["code"] == "validation_error"  # type: ignore[index]
+
+
+def test_unknown_ids_are_404(client: FlaskClient, auth: dict[str, str]) -> None:
+    missing = "00000000-0000-0000-0000-000000000000"
+    for url in (f"/agents-api/sessions/{missing}", f"/agents-api/topics/{missing}"):
+        assert client.get(url, headers=auth).status_code == 404
+    response = client.post(
+        f"/agents-api/sessions/{missing}/messages",
+        json={"role": "user", "content": "x"},
+        headers=auth,
+    )
+    assert response.status_code == 404
+
+
+def test_wrong_methods_and_paths_use_the_error_shape(
+    client: FlaskClient, auth: dict[str, str]
+) -> None:
+    response = client.delete("/agents-api/sessions", headers=auth)
+    assert response.status_code == 405
+    assert response.json["error"]["code"] == "method_not_allowed"  # type: ignore[index]
+    response = client.get("/agents-api/nothing-here", headers=auth)
+    assert response.status_code == 404
+    assert response.json["error"]["code"] == "not_found"  # type: ignore[index]

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+from typing import Any
+
+from flask.testing import FlaskClient
+from sqlalchemy.orm import Session, sessionmaker
+
+from shared.config import Settings
+from shared.queue import RecordingQueue
+
+
+def test_readyz_reports_database_and_redis(client: FlaskClient) -> None:
+    response = client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json == {"status": "ok", "checks": {"database": "ok", "redis": "ok"}}
+
+
+def test_readyz_is_503_when_redis_is_down(
+    settings: Settings, session_factory: sessionmaker[Session]
+) -> None:
+    from web.app import create_app
+
+    down = settings.model_copy(update={"redis_url": "redis://127.0.0.1:1/0"})
+    app = create_app(down, queue=RecordingQueue(), session_factory=session_factory)
+    response = app.test_client().get("/readyz")
+    assert response.status_code == 503
+    body: Any = response.json
+    assert body["checks"]["database"] == "ok"
+    assert body["checks"]["redis"].startswith("unavailable")
+    assert app.test_client().get("/healthz").status_code == 200  # liveness does not care
+
+
+def test_openapi_documents_every_route(app: Any, client: FlaskClient) -> None:
+    document: Any = client.get("/agents-api/openapi.json").json
+    assert document["openapi"].startswith("3.")
+    documented = {
+        (method.upper(), path)
+        for path, operations in document["paths"].items()
+        for method in operations
+    }
+    served = {
+        (method, rule.rule.replace("<", "{").replace(">", "}"))
+        for rule in app.url_map.iter_rules()
+        for method in rule.methods - {"HEAD", "OPTIONS"}
+        if rule.endpoint not in {"static", "openapi"}
+    }
+    assert served and served <= documented
+    assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
