@@ -22,6 +22,8 @@ ENVIRONMENT: dict[str, str] = {
     "OPENAI_BASE_URL": "openai_base_url",
     "DRIFTLESS_LLM": "llm",
     "DRIFTLESS_LLM_MODEL": "llm_model",
+    "DRIFTLESS_LLM_TIMEOUT_S": "llm_timeout_s",
+    "DRIFTLESS_LLM_MAX_RETRIES": "llm_max_retries",
     "DRIFTLESS_DEBOUNCE_MS": "debounce_ms",
     "DRIFTLESS_DRIFT_INTERVAL": "drift_interval",
     "DRIFTLESS_WINDOW": "window",
@@ -51,6 +53,9 @@ class Settings(BaseModel):
     openai_base_url: str | None = None
     llm: Literal["openai", "local"] | None = None
     llm_model: str = Field(default=DEFAULT_LLM_MODEL, min_length=1)
+    # Per attempt; the openai client retries 429/5xx/timeouts itself with backoff.
+    llm_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    llm_max_retries: int = Field(default=2, ge=0, le=10)
     debounce_ms: int = Field(default=2000, ge=0, le=600_000)
     drift_interval: int = Field(default=10, ge=1)
     window: int = Field(default=20, ge=1, le=1000)

@@ -2,6 +2,7 @@
 
 from shared.agents.models import AgentProfile
 from shared.auth.models import ApiKey, Org
+from shared.curation.models import MemoryChange
 from shared.db.base import Base
 from shared.evaluations.models import Evaluation
 from shared.facts.models import FactsDocument
@@ -16,6 +17,7 @@ __all__ = [
     "ChatSession",
     "Evaluation",
     "FactsDocument",
+    "MemoryChange",
     "Message",
     "NotesDocument",
     "Org",

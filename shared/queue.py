@@ -33,3 +33,4 @@ class RecordingQueue:
 # Task names are the contract between web and worker; both import them from here.
 SUMMARIZE_TOPIC = "driftless.summarize_topic"
 RECONCILE = "driftless.reconcile"
+INVALIDATE_MEMORY = "driftless.invalidate_memory"

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, RootModel, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
 # Scope ids come from the calling platform: printable, bounded, no surrounding blanks.
@@ -169,3 +169,99 @@ class HealthOut(BaseModel):
 def dump(model: BaseModel) -> dict[str, Any]:
     """JSON-ready camelCase dict."""
     return model.model_dump(mode="json", by_alias=True)
+
+
+# --- curation, tools, facts, memory ([2/6]) -------------------------------------------
+
+
+class ToolPath(BaseModel):
+    sid: uuid.UUID
+    name: str = Field(max_length=100)
+
+
+class FactPath(BaseModel):
+    key: str = Field(min_length=1, max_length=200)
+
+
+class ScopeQuery(CamelModel):
+    agent_id: ScopeId
+    user_id: ScopeId
+
+
+class MemoryStateIn(Body):
+    state: Literal["none", "promoted", "deprecated"]
+
+
+class ToolCallIn(Body):
+    arguments: dict[str, Any]
+    tool_call_id: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class ToolResultOut(CamelModel):
+    ok: bool
+    result: Any = None
+    error: str | None = None
+    tool_call_id: str
+
+
+class ToolsOut(CamelModel):
+    tools: list[dict[str, Any]]
+
+
+class MemoryChangeOut(CamelModel):
+    id: int
+    actor: Literal["user", "agent", "summarizer"]
+    action: str
+    from_state: Literal["none", "promoted", "deprecated"]
+    to_state: Literal["none", "promoted", "deprecated"]
+    keep_in_memory_manually_set: bool
+    deprecated_manually_set: bool
+    created_at: datetime
+
+
+class HistoryOut(CamelModel):
+    changes: list[MemoryChangeOut]
+
+
+class EvaluationOut(CamelModel):
+    id: int
+    trigger: str
+    outcome: Literal["fork", "refresh", "skipped", "fallback"]
+    llm_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    model: str | None
+    error: str | None
+    started_at: datetime
+    finished_at: datetime
+
+
+class EvaluationsOut(CamelModel):
+    evaluations: list[EvaluationOut]
+
+
+FactKey = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+
+class FactsIn(RootModel[dict[FactKey, Any]]):
+    """Entries to create or update, by key."""
+
+    root: dict[FactKey, Any] = Field(min_length=1)
+
+
+class FactsOut(CamelModel):
+    facts: dict[str, Any]
+
+
+class MemoryEntryOut(CamelModel):
+    topic_id: uuid.UUID
+    title: str
+    summary: str | None
+    deprecated: bool
+
+
+class MemoryOut(CamelModel):
+    entries: list[MemoryEntryOut]
+    tokens: int
+    truncated: bool
+    dropped: int

@@ -6,7 +6,7 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 from shared.config import Settings
-from shared.queue import RECONCILE, SUMMARIZE_TOPIC
+from shared.queue import INVALIDATE_MEMORY, RECONCILE, SUMMARIZE_TOPIC
 from shared.runtime import Endpoints, resolve_endpoints
 from worker.context import WorkerContext
 
@@ -20,6 +20,7 @@ LLM_TASK_SOFT_TIME_LIMIT_S = 240
 TASK_ROUTES = {
     SUMMARIZE_TOPIC: {"queue": LLM_QUEUE},
     RECONCILE: {"queue": FAST_QUEUE},
+    INVALIDATE_MEMORY: {"queue": FAST_QUEUE},
 }
 
 

@@ -69,3 +69,19 @@ def up() -> None:
     from worker.supervisor import run_system
 
     sys.exit(run_system(load_settings_or_exit()))
+
+
+@main.command()
+@click.option("--url", help="A running system (default: start one for the demo).")
+@click.option("--key", help="An API key for --url.")
+def demo(url: str | None, key: str | None) -> None:
+    """A scripted two-session conversation: summaries, promotions, the memory block."""
+    from worker.demo import Api, run_demo, started_system
+
+    if url:
+        if not key:
+            raise click.UsageError("--url needs --key")
+        run_demo(Api(url, key))
+        return
+    with started_system() as (started_url, dev_key):
+        run_demo(Api(started_url, dev_key))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
+import redis
 from celery import Celery
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -14,6 +15,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from shared.config import Settings
 from shared.db.engine import make_engine, make_session_factory
 from shared.db.uow import UnitOfWork
+from shared.llm.base import LLM
+from shared.llm.factory import make_llm
 from shared.runtime import Endpoints
 
 
@@ -29,6 +32,14 @@ class WorkerContext:
     @cached_property
     def session_factory(self) -> sessionmaker[Session]:
         return make_session_factory(self.engine)
+
+    @cached_property
+    def redis(self) -> redis.Redis:
+        return redis.Redis.from_url(self.endpoints.redis_url)
+
+    @cached_property
+    def llm(self) -> LLM:
+        return make_llm(self.settings)
 
 
 def context_of(app: Celery) -> WorkerContext:

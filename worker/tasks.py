@@ -7,9 +7,12 @@ import logging
 import uuid
 
 from celery import Task, shared_task
+from redis.exceptions import RedisError
 from sqlalchemy.exc import OperationalError
 
-from shared.queue import RECONCILE, SUMMARIZE_TOPIC, Job
+from shared.memory.cache import MemoryCache
+from shared.memory.scope import Scope
+from shared.queue import INVALIDATE_MEMORY, RECONCILE, SUMMARIZE_TOPIC, Job
 from shared.summaries.service import summarize_topic as summarize
 from shared.topics.reconcile import closed_topics_awaiting_summary
 from worker.context import context_of, unit_of_work
@@ -29,12 +32,22 @@ RETRYABLE = (OperationalError,)
     max_retries=8,
 )
 def summarize_topic(self: Task, topic_id: str, trigger: str = "topic_closed") -> str:
-    """Summarize one topic; a repeat for an unchanged topic writes nothing."""
-    with unit_of_work(self.app) as uow:
-        outcome = summarize(uow=uow, topic_id=uuid.UUID(topic_id), trigger=trigger)
-        uow.commit()
+    """Summarize one topic; a repeat for an unchanged topic makes no LLM call, writes nothing."""
+    outcome = summarize(
+        new_uow=lambda: unit_of_work(self.app),
+        llm=context_of(self.app).llm,
+        topic_id=uuid.UUID(topic_id),
+        trigger=trigger,
+    )
     log.info("summarize_topic %s: %s", topic_id, outcome.outcome)
     return outcome.outcome
+
+
+@shared_task(name=INVALIDATE_MEMORY, bind=True, autoretry_for=(RedisError,), retry_backoff=True)
+def invalidate_memory(self: Task, org_id: str, agent_id: str, user_id: str) -> None:
+    """Drop a scope's cached memory block after a curation change committed (R15)."""
+    scope = Scope.from_job_kwargs(org_id=org_id, agent_id=agent_id, user_id=user_id)
+    MemoryCache(context_of(self.app).redis).invalidate(scope)
 
 
 @shared_task(name=RECONCILE, bind=True)

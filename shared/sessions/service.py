@@ -81,19 +81,17 @@ def active_topic(*, uow: UnitOfWork, session_id: uuid.UUID) -> Topic:
     return topic
 
 
-def post_message(
+def append_message(
     *,
     uow: UnitOfWork,
-    org_id: uuid.UUID,
-    session_id: uuid.UUID,
+    session: ChatSession,
+    topic: Topic,
     role: str,
     content: str,
     tool_name: str | None = None,
     tool_call_id: str | None = None,
-) -> PostedMessage:
-    """Append a message to the session's active topic and keep the topic's counters."""
-    session = load_session(uow=uow, org_id=org_id, session_id=session_id, lock=True)
-    topic = active_topic(uow=uow, session_id=session.id)
+) -> Message:
+    """Insert a message into `topic` and keep its counters; the caller holds the session lock."""
     message = Message(
         session_id=session.id,
         topic_id=topic.id,
@@ -115,6 +113,31 @@ def post_message(
     )
     uow.session.refresh(topic)
     uow.session.refresh(message)
+    return message
+
+
+def post_message(
+    *,
+    uow: UnitOfWork,
+    org_id: uuid.UUID,
+    session_id: uuid.UUID,
+    role: str,
+    content: str,
+    tool_name: str | None = None,
+    tool_call_id: str | None = None,
+) -> PostedMessage:
+    """Append a message to the session's active topic."""
+    session = load_session(uow=uow, org_id=org_id, session_id=session_id, lock=True)
+    topic = active_topic(uow=uow, session_id=session.id)
+    message = append_message(
+        uow=uow,
+        session=session,
+        topic=topic,
+        role=role,
+        content=content,
+        tool_name=tool_name,
+        tool_call_id=tool_call_id,
+    )
     # The heartbeat (R26) arrives with drift evaluation; until then nothing is enqueued here.
     return PostedMessage(message=message, topic=topic, drift_evaluation_enqueued=False)
 

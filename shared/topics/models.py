@@ -3,10 +3,20 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import BigInteger, CheckConstraint, DateTime, ForeignKey, Index, String, Text, text
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    String,
+    Text,
+    func,
+    text,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
-from shared.db.base import Base, created_at_column
+from shared.db.base import Base
 
 STATUSES = ("active", "closed")
 SUMMARY_SOURCES = ("llm", "fallback")
@@ -25,6 +35,12 @@ class Topic(Base):
             postgresql_where=text("status = 'active'"),
         ),
         Index("ix_topics_session_id_created_at", "session_id", "created_at"),
+        # The memory block reads only promoted and deprecated topics of a scope's sessions.
+        Index(
+            "ix_topics_in_memory",
+            "session_id",
+            postgresql_where=text("keep_in_memory OR deprecated"),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
@@ -45,7 +61,10 @@ class Topic(Base):
     # A job that finds both unchanged has nothing to do (idempotent summarization).
     summarized_through_id: Mapped[int | None] = mapped_column(BigInteger)
     summary_prompt_version: Mapped[str | None] = mapped_column(String(32))
-    created_at: Mapped[datetime] = created_at_column()
+    # clock_timestamp, not now(): topics opened in one transaction still order by creation.
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.clock_timestamp()
+    )
     closed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     summarized_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 

@@ -32,9 +32,10 @@ def test_closing_a_topic_gets_it_summarized_by_the_worker(
         return topic if topic["summarizedAt"] else None
 
     topic = wait_for(summarized, what="the worker to summarize the closed topic")
-    assert topic["summary"] == "Ship the beta on Friday"
-    assert topic["title"] == "Ship the beta on Friday"
-    assert topic["status"] == "closed"
+    # The worker runs the offline `local` provider: an extractive summary of the topic.
+    assert topic["summarySource"] == "llm"
+    assert "beta" in topic["summary"] and "Friday" in topic["summary"]
+    assert topic["title"] and topic["status"] == "closed"
 
 
 def test_a_redelivered_summary_job_changes_nothing(

@@ -1,0 +1,1 @@
+"""Memory curation: who may move a topic between none / promoted / deprecated (R11–R21)."""

@@ -1,0 +1,136 @@
+"""Applying curation to topics: the user's toggle, the agent's tool, the summarizer's flag.
+
+Every change writes a MemoryChange row, and a change of keep or deprecation enqueues
+the invalidation of the scope's memory cache, sent after the commit (R15).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import select
+
+from shared.curation.models import MemoryChange
+from shared.curation.rules import (
+    Actor,
+    AgentAction,
+    MemoryFlags,
+    MemoryState,
+    Refused,
+    agent_curates,
+    user_cycles,
+    user_sets_state,
+)
+from shared.db.uow import UnitOfWork
+from shared.errors import NotFound
+from shared.memory.scope import Scope
+from shared.queue import INVALIDATE_MEMORY, Job
+from shared.sessions.models import ChatSession
+from shared.topics.models import Topic
+
+
+def flags_of(topic: Topic) -> MemoryFlags:
+    return MemoryFlags(
+        keep=topic.keep_in_memory,
+        keep_manually_set=topic.keep_in_memory_manually_set,
+        deprecated=topic.deprecated,
+        deprecated_manually_set=topic.deprecated_manually_set,
+    )
+
+
+def record_change(
+    *,
+    uow: UnitOfWork,
+    topic: Topic,
+    scope: Scope,
+    new: MemoryFlags,
+    actor: Actor,
+    action: str,
+) -> bool:
+    """Store `new` on the topic; audit and invalidate if anything changed. True if it did."""
+    old = flags_of(topic)
+    if new == old:
+        return False
+    topic.keep_in_memory = new.keep
+    topic.keep_in_memory_manually_set = new.keep_manually_set
+    topic.deprecated = new.deprecated
+    topic.deprecated_manually_set = new.deprecated_manually_set
+    uow.session.add(
+        MemoryChange(
+            topic_id=topic.id,
+            actor=actor,
+            action=action,
+            from_state=old.state,
+            to_state=new.state,
+            keep_in_memory_manually_set=new.keep_manually_set,
+            deprecated_manually_set=new.deprecated_manually_set,
+        )
+    )
+    if (old.keep, old.deprecated) != (new.keep, new.deprecated):
+        uow.enqueue(Job(INVALIDATE_MEMORY, scope.as_job_kwargs()))
+    return True
+
+
+def locked_topic_in_org(
+    *, uow: UnitOfWork, org_id: uuid.UUID, topic_id: uuid.UUID
+) -> tuple[Topic, Scope]:
+    """The topic, row-locked so concurrent curations apply one after the other."""
+    row = uow.session.execute(
+        select(Topic, ChatSession)
+        .join(ChatSession, ChatSession.id == Topic.session_id)
+        .where(Topic.id == topic_id, ChatSession.org_id == org_id)
+        .with_for_update(of=Topic)
+    ).first()
+    if row is None:
+        raise NotFound(f"topic {topic_id} not found")
+    topic, session = row
+    return topic, Scope(org_id=session.org_id, agent_id=session.agent_id, user_id=session.user_id)
+
+
+def user_set_memory(
+    *, uow: UnitOfWork, org_id: uuid.UUID, topic_id: uuid.UUID, state: MemoryState
+) -> Topic:
+    """PUT .../memory: the user puts the topic in `state` (R17, R20, R21)."""
+    topic, scope = locked_topic_in_org(uow=uow, org_id=org_id, topic_id=topic_id)
+    new = user_sets_state(flags_of(topic), state)
+    record_change(uow=uow, topic=topic, scope=scope, new=new, actor="user", action="set_state")
+    return topic
+
+
+def user_cycle_memory(*, uow: UnitOfWork, org_id: uuid.UUID, topic_id: uuid.UUID) -> Topic:
+    """POST .../memory/cycle: the brain toggle (R17)."""
+    topic, scope = locked_topic_in_org(uow=uow, org_id=org_id, topic_id=topic_id)
+    new = user_cycles(flags_of(topic))
+    record_change(uow=uow, topic=topic, scope=scope, new=new, actor="user", action="cycle")
+    return topic
+
+
+def agent_curate_memory(
+    *, uow: UnitOfWork, scope: Scope, topic_id: uuid.UUID, action: AgentAction
+) -> Topic | Refused:
+    """manage_topic_memory: the agent curates a topic of its own scope (R19–R21)."""
+    try:
+        topic, topic_scope = locked_topic_in_org(uow=uow, org_id=scope.org_id, topic_id=topic_id)
+    except NotFound:
+        return Refused(f"topic {topic_id} not found")
+    if topic_scope != scope:  # another user's or another agent's memory
+        return Refused(f"topic {topic_id} not found")
+    outcome = agent_curates(flags_of(topic), action)
+    if isinstance(outcome, Refused):
+        return outcome
+    record_change(uow=uow, topic=topic, scope=scope, new=outcome, actor="agent", action=action)
+    return topic
+
+
+def memory_history(
+    *, uow: UnitOfWork, org_id: uuid.UUID, topic_id: uuid.UUID
+) -> list[MemoryChange]:
+    """The topic's curation audit trail, oldest first."""
+    from shared.topics.service import get_topic
+
+    topic = get_topic(uow=uow, org_id=org_id, topic_id=topic_id)
+    return list(
+        uow.session.scalars(
+            select(MemoryChange).where(MemoryChange.topic_id == topic.id).order_by(MemoryChange.id)
+        )
+    )

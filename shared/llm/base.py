@@ -1,0 +1,74 @@
+"""The LLM protocol the domain depends on. Providers return raw JSON text; the pure
+rules in `shared.summaries.rules` (and drift's) decide what an answer means, so a
+malformed answer is handled the same way whichever provider produced it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class TranscriptLine:
+    """One message as the LLM sees it."""
+
+    id: int
+    role: str  # user | assistant | tool
+    content: str
+    tool_name: str | None = None
+
+
+@dataclass(frozen=True)
+class SummaryRequest:
+    """Everything one summarization call sees (R9): the topic's history and its notes.
+
+    `omitted` counts messages left out of `lines` to bound the prompt; when it is > 0,
+    `previous_summary` (if any) stands in for what was omitted.
+    """
+
+    lines: Sequence[TranscriptLine]
+    notes: str | None = None
+    omitted: int = 0
+    previous_summary: str | None = None
+
+
+@dataclass(frozen=True)
+class DriftRequest:
+    """One drift-detection call: the topic so far, and the scan-back window to judge."""
+
+    topic_title: str | None
+    topic_summary: str | None
+    earlier: Sequence[TranscriptLine]  # the topic's messages before the window (bounded)
+    window: Sequence[TranscriptLine]  # the last DRIFTLESS_SCAN_BACK messages, oldest first
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The raw text of one answer (meant to be a JSON object) and what it cost."""
+
+    text: str
+    model: str
+    usage: Usage = field(default_factory=Usage)
+
+
+class LLMError(Exception):
+    """The call failed entirely: after the client's own retries, or past its time limit."""
+
+
+class LLM(Protocol):
+    model: str
+
+    def summarize(self, request: SummaryRequest) -> Completion:
+        """One call: title, summary and include_in_memory for the topic (R9, R10)."""
+        ...
+
+    def detect_drift(self, request: DriftRequest) -> Completion:
+        """One call: {drift, first_message_id, new_title} for the window (R30)."""
+        ...

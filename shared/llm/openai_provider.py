@@ -1,0 +1,118 @@
+"""The real provider: any OpenAI-compatible chat-completions server (OpenAI, vLLM, Ollama,
+LiteLLM), through the official `openai` client.
+
+Only `model`, `messages`, `response_format` and `temperature` are sent: every
+compatible server accepts them. The client retries 429/5xx/timeouts itself with
+backoff; what still fails after that becomes one `LLMError`.
+"""
+
+from __future__ import annotations
+
+import logging
+from types import TracebackType
+
+import openai
+from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
+
+from shared.llm.base import Completion, DriftRequest, LLMError, SummaryRequest, Usage
+from shared.llm.prompts import drift_messages, summary_messages
+
+log = logging.getLogger(__name__)
+
+# Local servers need no key, but the client refuses to start without one.
+NO_API_KEY = "unused"
+MAX_REASON_CHARS = 300
+
+
+def _reason(exc: Exception, *, timeout_s: float, max_retries: int) -> str:
+    """One line that says why the call failed, for logs and the evaluation record."""
+    attempts = f"after {max_retries + 1} attempt(s)"
+    if isinstance(exc, openai.APITimeoutError):
+        text = f"timed out ({timeout_s:g}s per attempt) {attempts}"
+    elif isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__ or exc
+        text = f"connection failed {attempts}: {type(cause).__name__}: {cause}"
+    elif isinstance(exc, openai.APIStatusError):
+        text = f"HTTP {exc.status_code} {attempts}: {exc.message}"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 1] + "…"
+
+
+class OpenAIProvider:
+    """The `LLM` protocol over an OpenAI-compatible chat-completions endpoint."""
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None,
+        base_url: str | None,
+        model: str,
+        timeout_s: float,
+        max_retries: int,
+    ) -> None:
+        self.model = model
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self._client = openai.OpenAI(
+            api_key=api_key or NO_API_KEY,
+            base_url=base_url,
+            timeout=timeout_s,
+            max_retries=max_retries,
+        )
+
+    def summarize(self, request: SummaryRequest) -> Completion:
+        """One chat completion for title, summary and include_in_memory (R9, R10)."""
+        return self._complete(summary_messages(request), purpose="summarize")
+
+    def detect_drift(self, request: DriftRequest) -> Completion:
+        """One chat completion for {drift, first_message_id, new_title}."""
+        return self._complete(drift_messages(request), purpose="detect_drift")
+
+    def close(self) -> None:
+        """Release the client's connection pool."""
+        self._client.close()
+
+    def __enter__(self) -> OpenAIProvider:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _complete(self, messages: list[dict[str, str]], *, purpose: str) -> Completion:
+        # The prompts are plain role/content dicts; the client's TypedDicts are the same shape.
+        params: list[ChatCompletionMessageParam] = [
+            {"role": "system", "content": m["content"]}
+            if m["role"] == "system"
+            else {"role": "user", "content": m["content"]}
+            for m in messages
+        ]
+        try:
+            response: ChatCompletion = self._client.chat.completions.create(
+                model=self.model,
+                messages=params,
+                response_format={"type": "json_object"},
+                temperature=0,
+            )
+        # The client wraps transport failures in APIConnectionError/APITimeoutError.
+        except openai.OpenAIError as exc:
+            reason = _reason(exc, timeout_s=self.timeout_s, max_retries=self.max_retries)
+            log.warning("LLM %s call to model %s failed: %s", purpose, self.model, reason)
+            raise LLMError(reason) from exc
+        if not response.choices:
+            raise LLMError(f"the {purpose} answer had no choices")
+        usage = response.usage
+        return Completion(
+            text=response.choices[0].message.content or "",
+            model=response.model or self.model,
+            usage=Usage(
+                prompt_tokens=usage.prompt_tokens if usage else 0,
+                completion_tokens=usage.completion_tokens if usage else 0,
+            ),
+        )

@@ -1,0 +1,77 @@
+"""Per-topic notes (R23): `$set` appends, `update` replaces, `read` any topic of the session."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from shared.db.uow import UnitOfWork
+from shared.notes.models import NotesDocument
+from shared.topics.models import Topic
+
+# Between appended entries: decisions are logged one after another, never overwritten.
+ENTRY_SEPARATOR = "\n"
+
+
+@dataclass(frozen=True)
+class NotesView:
+    topic_id: uuid.UUID
+    content: str
+    archived: bool
+
+
+def _active_document(*, uow: UnitOfWork, topic_id: uuid.UUID) -> NotesDocument | None:
+    return uow.session.scalar(
+        select(NotesDocument)
+        .where(NotesDocument.topic_id == topic_id, NotesDocument.status == "active")
+        .with_for_update()
+    )
+
+
+def append_notes(*, uow: UnitOfWork, topic: Topic, content: str) -> NotesView:
+    document = _active_document(uow=uow, topic_id=topic.id)
+    if document is None:
+        document = NotesDocument(topic_id=topic.id, content=content, status="active")
+        uow.session.add(document)
+    else:
+        document.content = (
+            f"{document.content}{ENTRY_SEPARATOR}{content}" if document.content else content
+        )
+    uow.session.flush()
+    return NotesView(topic_id=topic.id, content=document.content, archived=False)
+
+
+def replace_notes(*, uow: UnitOfWork, topic: Topic, content: str) -> NotesView:
+    document = _active_document(uow=uow, topic_id=topic.id)
+    if document is None:
+        document = NotesDocument(topic_id=topic.id, content=content, status="active")
+        uow.session.add(document)
+    else:
+        document.content = content
+    uow.session.flush()
+    return NotesView(topic_id=topic.id, content=content, archived=False)
+
+
+def read_notes(*, uow: UnitOfWork, topic_id: uuid.UUID) -> NotesView:
+    """The active notes, or for a closed topic its latest archived document."""
+    document = uow.session.scalar(
+        select(NotesDocument)
+        .where(NotesDocument.topic_id == topic_id)
+        .order_by((NotesDocument.status == "active").desc(), NotesDocument.created_at.desc())
+        .limit(1)
+    )
+    if document is None:
+        return NotesView(topic_id=topic_id, content="", archived=False)
+    return NotesView(
+        topic_id=topic_id, content=document.content, archived=document.status == "archived"
+    )
+
+
+def active_notes_text(*, uow: UnitOfWork, topic_id: uuid.UUID) -> str | None:
+    return uow.session.scalar(
+        select(NotesDocument.content).where(
+            NotesDocument.topic_id == topic_id, NotesDocument.status == "active"
+        )
+    )

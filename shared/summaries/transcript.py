@@ -1,0 +1,93 @@
+"""What a summarization call reads: the topic's history, bounded.
+
+The complete history can outgrow any model's context. A topic that fits in
+MAX_TRANSCRIPT_CHARS is sent whole. A longer one is sent as its opening messages (how the
+topic began: its subject) and as many of its newest messages as fit, with a marker saying
+how many were left out between them; the previous summary, written when the omitted
+messages were still in view, stands in for them. It stays one LLM call (R9), its cost
+is bounded, and the reads are two index range scans, never the whole topic.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from shared.db.uow import UnitOfWork
+from shared.llm.base import SummaryRequest, TranscriptLine
+from shared.llm.prompts import OMISSION_AFTER_LINES
+from shared.sessions.models import Message
+
+MAX_TRANSCRIPT_CHARS = 48_000  # ≈ 12k tokens: fits small models with room to answer
+MAX_LINE_CHARS = 4_000  # one pasted document must not crowd out the conversation
+# The prompt puts its omission marker after this many lines (shared.llm.prompts).
+HEAD_MESSAGES = OMISSION_AFTER_LINES
+MAX_TAIL_MESSAGES = 400
+
+
+@dataclass(frozen=True)
+class TopicSnapshot:
+    """What the summary is made from, read in a short transaction before the LLM call."""
+
+    request: SummaryRequest
+    last_message_id: int
+    message_count: int  # user + assistant, for R12
+    first_user_message: str | None
+
+
+def _line(message: Message) -> TranscriptLine:
+    content = message.content
+    if len(content) > MAX_LINE_CHARS:
+        content = content[:MAX_LINE_CHARS] + " […]"
+    return TranscriptLine(
+        id=message.id, role=message.role, content=content, tool_name=message.tool_name
+    )
+
+
+def _size(line: TranscriptLine) -> int:
+    return len(line.content) + 16
+
+
+def read_transcript(
+    *,
+    uow: UnitOfWork,
+    topic_id: uuid.UUID,
+    through_id: int,
+    total_messages: int,
+    notes: str | None,
+    previous_summary: str | None,
+) -> SummaryRequest:
+    """The topic's messages up to `through_id`, bounded as the module says."""
+    in_topic = (Message.topic_id == topic_id, Message.id <= through_id)
+    head = [
+        _line(m)
+        for m in uow.session.scalars(
+            select(Message).where(*in_topic).order_by(Message.id).limit(HEAD_MESSAGES)
+        )
+    ]
+    if total_messages <= HEAD_MESSAGES:
+        return SummaryRequest(lines=head, notes=notes)
+    budget = MAX_TRANSCRIPT_CHARS - sum(_size(line) for line in head) - len(notes or "")
+    tail: list[TranscriptLine] = []
+    newest_first = uow.session.scalars(
+        select(Message)
+        .where(*in_topic, Message.id > head[-1].id)
+        .order_by(Message.id.desc())
+        .limit(MAX_TAIL_MESSAGES)
+    )
+    for message in newest_first:
+        line = _line(message)
+        if _size(line) > budget:
+            break
+        tail.append(line)
+        budget -= _size(line)
+    tail.reverse()
+    omitted = max(0, total_messages - len(head) - len(tail))
+    return SummaryRequest(
+        lines=head + tail,
+        notes=notes,
+        omitted=omitted,
+        previous_summary=previous_summary if omitted else None,
+    )

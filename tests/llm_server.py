@@ -1,0 +1,240 @@
+"""A small OpenAI-compatible HTTP server for tests, standard library only.
+
+It speaks just enough of the API for the real `openai` client: POST /v1/chat/completions
+and GET /v1/models. Answers are scripted (`answer`, `answer_json`, `fail`, `slow`,
+`queue`), and every request body is logged, so a test can check what the provider sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted answer: a completion with `content`, or an HTTP error `status`."""
+
+    content: str | None = "{}"
+    status: int = 200
+    delay_s: float = 0.0
+    usage: tuple[int, int] | None = None  # (prompt, completion); None: estimated
+    model: str | None = None  # None: echo the requested model
+    retry_after_ms: int | None = None  # on errors: tells the client how long to back off
+    omit_usage: bool = False  # some compatible servers send no usage at all
+
+
+class FakeOpenAI:
+    """An OpenAI-compatible server on 127.0.0.1, in a daemon thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._default = Reply()
+        self._queue: deque[Reply] = deque()
+        self._requests: list[dict[str, Any]] = []
+        self._calls = 0
+        self._stopping = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> FakeOpenAI:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        server.daemon_threads = True
+        self._server = server
+        self._stopping.clear()
+        # A short poll interval: shutdown() waits for the loop to notice, at every stop.
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._stopping.set()  # wakes slow answers so their threads end promptly
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> FakeOpenAI:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("FakeOpenAI is not started")
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    # --- scripting --------------------------------------------------------------------
+
+    def answer(self, content: str) -> None:
+        """Every call answers `content` as the assistant message."""
+        self._set_default(Reply(content=content))
+
+    def answer_json(self, obj: object) -> None:
+        self.answer(json.dumps(obj))
+
+    def fail(self, status: int = 500, *, retry_after_ms: int | None = None) -> None:
+        """Every call answers HTTP `status` with an OpenAI-style error body."""
+        self._set_default(Reply(content=None, status=status, retry_after_ms=retry_after_ms))
+
+    def slow(self, seconds: float, content: str = "{}") -> None:
+        """Every call waits `seconds` before answering `content`."""
+        self._set_default(Reply(content=content, delay_s=seconds))
+
+    def queue(self, *responses: Reply | str) -> None:
+        """The next calls answer these, in order (a str is a content); then the default."""
+        with self._lock:
+            self._queue.extend(r if isinstance(r, Reply) else Reply(content=r) for r in responses)
+
+    def _set_default(self, reply: Reply) -> None:
+        with self._lock:
+            self._default = reply
+            self._queue.clear()
+
+    # --- what was asked -----------------------------------------------------------------
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """The JSON bodies of the chat-completion calls so far, oldest first.
+
+        The live list (appended under a lock), so `fake.requests.clear()` resets it.
+        """
+        return self._requests
+
+    @property
+    def calls(self) -> int:
+        with self._lock:
+            return self._calls
+
+    @calls.setter
+    def calls(self, value: int) -> None:
+        with self._lock:
+            self._calls = value
+
+    def reset(self) -> None:
+        """Forget the calls so far and the script: every call answers `{}` again."""
+        with self._lock:
+            self._requests.clear()
+            self._calls = 0
+            self._queue.clear()
+            self._default = Reply()
+
+    def _next(self, body: dict[str, Any]) -> tuple[Reply, int]:
+        with self._lock:
+            self._requests.append(body)
+            self._calls += 1
+            return (self._queue.popleft() if self._queue else self._default), self._calls
+
+    def _wait(self, seconds: float) -> None:
+        self._stopping.wait(seconds)
+
+
+def _completion(reply: Reply, body: dict[str, Any], number: int) -> dict[str, Any]:
+    messages = body.get("messages") or []
+    prompt_chars = sum(len(str(m.get("content") or "")) for m in messages if isinstance(m, dict))
+    prompt, completion = reply.usage or (prompt_chars // 4, len(reply.content or "") // 4)
+    answer: dict[str, Any] = {
+        "id": f"chatcmpl-fake-{number}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": reply.model or str(body.get("model") or "fake-model"),
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": reply.content},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+    }
+    if not reply.omit_usage:
+        answer["usage"] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+    return answer
+
+
+def _error(status: int) -> dict[str, Any]:
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    message = f"scripted failure (HTTP {status})"
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+def _handler_for(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # keep test output clean
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") != "/v1/models":
+                self._send(404, _error(404))
+                return
+            model = {"id": "fake-model", "object": "model", "created": 0, "owned_by": "tests"}
+            self._send(200, {"object": "list", "data": [model]})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length)
+            if self.path.rstrip("/") != "/v1/chat/completions":
+                self._send(404, _error(404))
+                return
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError:
+                self._send(400, _error(400))
+                return
+            reply, number = fake._next(body if isinstance(body, dict) else {})
+            if reply.delay_s:
+                fake._wait(reply.delay_s)
+            if reply.status != 200:
+                headers = {}
+                if reply.retry_after_ms is not None:
+                    headers["retry-after-ms"] = str(reply.retry_after_ms)
+                self._send(reply.status, _error(reply.status), headers)
+                return
+            self._send(200, _completion(reply, body, number))
+
+        def _send(
+            self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+        ) -> None:
+            data = json.dumps(payload).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+            except ConnectionError:
+                pass  # the client gave up (a timeout test); nothing to answer
+
+        def finish(self) -> None:
+            with contextlib.suppress(ConnectionError):  # a client that hung up early
+                super().finish()
+
+    return Handler

@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from shared.facts.service import merge_facts, read_facts, unset_fact
+from shared.memory.cache import MemoryCache
+from shared.memory.scope import Scope
+from shared.memory.service import memory_block
+from web.auth import current_org
+from web.errors import error_response
+from web.runtime import runtime, unit_of_work
+from web.schemas import (
+    ErrorOut,
+    FactPath,
+    FactsIn,
+    FactsOut,
+    MemoryEntryOut,
+    MemoryOut,
+    ScopeQuery,
+    dump,
+)
+from web.views.common import api_blueprint
+
+bp = api_blueprint("memory", "memory")
+
+MAX_FACTS_BYTES = 64 * 1024
+
+
+def _scope(query: ScopeQuery) -> Scope:
+    return Scope(org_id=current_org(), agent_id=query.agent_id, user_id=query.user_id)
+
+
+@bp.get("/memory", responses={200: MemoryOut})
+def get_memory(query: ScopeQuery) -> dict[str, Any]:
+    """Cross-session memory of a scope: promoted topics, deprecated traces, oldest first."""
+    rt = runtime()
+    with unit_of_work() as uow:
+        block = memory_block(
+            uow=uow,
+            cache=MemoryCache(rt.redis),
+            scope=_scope(query),
+            budget=rt.settings.memory_token_budget,
+        )
+    entries = [MemoryEntryOut.model_validate(e) for e in block.entries]
+    out = MemoryOut(
+        entries=entries, tokens=block.tokens, truncated=block.dropped > 0, dropped=block.dropped
+    )
+    return dump(out)
+
+
+@bp.get("/facts", responses={200: FactsOut})
+def get_facts(query: ScopeQuery) -> dict[str, Any]:
+    """The scope's durable facts (R22)."""
+    with unit_of_work() as uow:
+        facts = read_facts(uow=uow, scope=_scope(query))
+    return dump(FactsOut(facts=facts))
+
+
+@bp.put("/facts", responses={200: FactsOut, 413: ErrorOut})
+def put_facts(query: ScopeQuery, body: FactsIn) -> Any:
+    """Merge entries into the scope's durable facts; returns them all."""
+    with unit_of_work() as uow:
+        facts = merge_facts(uow=uow, scope=_scope(query), facts=body.root)
+        if len(json.dumps(facts).encode()) > MAX_FACTS_BYTES:
+            return error_response(
+                413, "too_large", f"the facts document would exceed {MAX_FACTS_BYTES} bytes"
+            )
+        uow.commit()
+    return dump(FactsOut(facts=facts))
+
+
+@bp.delete("/facts/<key>", responses={204: None})
+def delete_fact(path: FactPath, query: ScopeQuery) -> tuple[str, int]:
+    """Delete one entry (204 whether or not it existed: DELETE is idempotent)."""
+    with unit_of_work() as uow:
+        unset_fact(uow=uow, scope=_scope(query), key=path.key)
+        uow.commit()
+    return "", 204
