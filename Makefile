@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PYTHON ?= python3
 INSTALLED := $(VENV)/.installed
 
-.PHONY: help install run test test-unit lint fmt clean
+.PHONY: help install run test test-unit lint fmt bench clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F ':.*?## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -34,6 +34,10 @@ lint: install ## ruff, mypy (strict on shared/), import contracts
 	$(BIN)/mypy --strict shared
 	$(BIN)/mypy web worker
 	$(BIN)/lint-imports
+
+bench: install ## Run the benchmarks (bench/*.py) against the machine's PostgreSQL and Redis
+	$(BIN)/python -m bench.context
+	$(BIN)/python -m bench.prefix_reuse --quiet
 
 fmt: install ## Format and autofix
 	$(BIN)/ruff format .

@@ -7,7 +7,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 DEFAULT_LLM_MODEL = "gpt-4o-mini"
 
@@ -27,6 +34,8 @@ ENVIRONMENT: dict[str, str] = {
     "DRIFTLESS_DEBOUNCE_MS": "debounce_ms",
     "DRIFTLESS_DRIFT_INTERVAL": "drift_interval",
     "DRIFTLESS_WINDOW": "window",
+    "DRIFTLESS_WINDOW_MODE": "window_mode",
+    "DRIFTLESS_WINDOW_BLOCK": "window_block",
     "DRIFTLESS_SCAN_BACK": "scan_back",
     "DRIFTLESS_MEMORY_TOKEN_BUDGET": "memory_token_budget",
     "DRIFTLESS_RECONCILE_S": "reconcile_s",
@@ -59,12 +68,25 @@ class Settings(BaseModel):
     debounce_ms: int = Field(default=2000, ge=0, le=600_000)
     drift_interval: int = Field(default=10, ge=1)
     window: int = Field(default=20, ge=1, le=1000)
+    # block: the thread's start moves only in steps of window_block, so the provider's
+    # prompt cache reaches into the thread between steps (bench/prefix_reuse.py).
+    window_mode: Literal["block", "sliding"] = "block"
+    window_block: int = Field(default=10, ge=1, le=1000)
     scan_back: int = Field(default=10, ge=1, le=1000)
     memory_token_budget: int = Field(default=2000, ge=0)
     reconcile_s: int = Field(default=60, ge=1)
     # Where embedded PostgreSQL and Redis keep their files when no URL is given.
     home: Path = Path(".driftless")
     max_body_bytes: int = Field(default=256 * 1024, ge=1024)
+
+    @model_validator(mode="after")
+    def _block_fits_window(self) -> Settings:
+        if self.window_block > self.window:
+            raise ValueError(
+                f"DRIFTLESS_WINDOW_BLOCK={self.window_block}"
+                f" must not exceed DRIFTLESS_WINDOW={self.window}"
+            )
+        return self
 
     @field_validator("database_url")
     @classmethod
@@ -101,7 +123,10 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
-            field = str(error["loc"][0]) if error["loc"] else "?"
+            if not error["loc"]:  # a rule across variables; its message names them
+                problems.append(str(error["msg"]).removeprefix("Value error, "))
+                continue
+            field = str(error["loc"][0])
             variable = FIELD_TO_VARIABLE.get(field, field)
             problems.append(f"{variable}={raw.get(field)!r}: {error['msg']}")
         raise ConfigError("bad configuration: " + "; ".join(problems)) from None

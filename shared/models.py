@@ -8,6 +8,7 @@ from shared.evaluations.models import Evaluation
 from shared.facts.models import FactsDocument
 from shared.notes.models import NotesDocument
 from shared.sessions.models import ChatSession, Message
+from shared.topics.forks import Fork
 from shared.topics.models import Topic
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "ChatSession",
     "Evaluation",
     "FactsDocument",
+    "Fork",
     "MemoryChange",
     "Message",
     "NotesDocument",

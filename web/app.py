@@ -18,7 +18,7 @@ from web.auth import install_auth
 from web.body import install_body_checks
 from web.errors import install_error_handlers, validation_error_response
 from web.runtime import WebRuntime
-from web.views import agents, curation, health, memory, sessions, tools, topics
+from web.views import agents, context, curation, health, memory, sessions, tools, topics
 from worker.app import make_celery
 from worker.queue import CeleryJobQueue
 
@@ -64,7 +64,16 @@ def create_app(
     install_auth(app)
     install_body_checks(app)
     install_error_handlers(app)
-    blueprints = (health.bp, agents.bp, sessions.bp, topics.bp, curation.bp, tools.bp, memory.bp)
+    blueprints = (
+        health.bp,
+        agents.bp,
+        sessions.bp,
+        topics.bp,
+        curation.bp,
+        tools.bp,
+        memory.bp,
+        context.bp,
+    )
     for blueprint in blueprints:
         app.register_api(blueprint)
     # Served by hand: flask-openapi3 mounts its JSON only together with its doc UIs.

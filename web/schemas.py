@@ -265,3 +265,75 @@ class MemoryOut(CamelModel):
     tokens: int
     truncated: bool
     dropped: int
+
+
+# --- context ([3/6]) ----------------------------------------------------------------
+
+
+class DriftResultOut(CamelModel):
+    from_topic_id: uuid.UUID
+    from_title: str
+    to_topic_id: uuid.UUID
+    to_title: str
+
+
+class MemoryBlockOut(CamelModel):
+    entries: list[MemoryEntryOut]
+    tokens: int
+    dropped: int
+
+
+class StableOut(CamelModel):
+    soul: str
+    skills: list[Any]
+    tools: list[dict[str, Any]]
+    memory: MemoryBlockOut
+    durable_facts: dict[str, Any]
+    drift_result: DriftResultOut | None
+
+
+class PriorTopicOut(CamelModel):
+    topic_id: uuid.UUID
+    title: str
+    summary: str | None
+    pending: bool
+
+
+class SemiStableOut(CamelModel):
+    notes: str | None
+    prior_topics: list[PriorTopicOut]
+
+
+class ThreadMessageOut(CamelModel):
+    id: int
+    role: str
+    content: str
+    tool_name: str | None
+    tool_call_id: str | None
+
+
+class VolatileOut(CamelModel):
+    thread: list[ThreadMessageOut]
+    tool_results: list[ThreadMessageOut]
+    working_memory: dict[str, Any] | None
+
+
+class LayersOut(CamelModel):
+    stable: StableOut
+    semi_stable: SemiStableOut
+    volatile: VolatileOut
+
+
+class ContextOut(CamelModel):
+    layers: LayersOut
+    messages: list[dict[str, Any]]
+    tokens: dict[str, int]
+    stable_prefix_hash: str
+
+
+class WorkingMemoryIn(RootModel[dict[str, Any]]):
+    """Any JSON object; the agent runtime's scratch state for this session."""
+
+
+class WorkingMemoryOut(CamelModel):
+    working_memory: dict[str, Any]

@@ -127,6 +127,14 @@ def _wait_summarized(api: Api, topic_ids: list[str]) -> list[Any]:
 
 def run_demo(api: Api) -> None:
     agent, user = "demo-planner", f"ada-{uuid.uuid4().hex[:6]}"
+    api.call(
+        "PUT",
+        f"/agents-api/agents/{agent}",
+        {
+            "soul": "You are Planner: terse, exact, and you remember decisions.",
+            "skills": ["billing"],
+        },
+    )
     click.secho(f"Session 1 (agent {agent}, user {user})", bold=True)
     first = api.call("POST", "/agents-api/sessions", {"agentId": agent, "userId": user})
     decisions_topic = first["activeTopicId"]
@@ -150,7 +158,6 @@ def run_demo(api: Api) -> None:
         click.echo(f"      {t['summary']}")
 
     click.secho("\nSession 2: what the agent remembers", bold=True)
-    api.call("POST", "/agents-api/sessions", {"agentId": agent, "userId": user})
     memory = api.call("GET", f"/agents-api/memory?agentId={agent}&userId={user}")
     for entry in memory["entries"]:
         line = (
@@ -162,3 +169,20 @@ def run_demo(api: Api) -> None:
     click.echo(f"  ({memory['tokens']} tokens, {memory['dropped']} dropped)")
     facts = api.call("GET", f"/agents-api/facts?agentId={agent}&userId={user}")
     click.echo(f"  facts   {json.dumps(facts['facts'], sort_keys=True)}")
+
+    second = api.call("POST", "/agents-api/sessions", {"agentId": agent, "userId": user})
+    api.call(
+        "POST",
+        f"/agents-api/sessions/{second['id']}/messages",
+        {"role": "user", "content": "Where were we on billing?"},
+    )
+    context = api.call("GET", f"/agents-api/sessions/{second['id']}/context")
+    click.secho("\nThe assembled context of its first turn", bold=True)
+    tokens = context["tokens"]
+    click.echo(
+        f"  {len(context['messages'])} messages; tokens: stable {tokens['stable']},"
+        f" semi-stable {tokens['semiStable']}, volatile {tokens['volatile']};"
+        f" stable prefix sha256 {context['stablePrefixHash'][:16]}…"
+    )
+    for line in context["messages"][0]["content"].splitlines():
+        click.echo(f"  | {line}")

@@ -62,3 +62,9 @@ def test_llm_provider_is_openai_only_with_a_key() -> None:
     assert load_settings({"OPENAI_API_KEY": "sk-test", "DRIFTLESS_LLM": "local"}).llm_provider == (
         "local"
     )
+
+
+def test_the_window_block_must_fit_the_window() -> None:
+    with pytest.raises(ConfigError, match="DRIFTLESS_WINDOW_BLOCK=30 must not exceed"):
+        load_settings({"DRIFTLESS_WINDOW_BLOCK": "30"})
+    assert load_settings({"DRIFTLESS_WINDOW_MODE": "sliding"}).window_mode == "sliding"

@@ -1,0 +1,33 @@
+"""Working memory (R1): a small JSON document per session, volatile by nature.
+
+It lives in Redis with a TTL, not in PostgreSQL: the agent runtime rewrites it every
+turn, and nothing of it is meant to outlive the conversation.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import redis
+
+TTL_S = 24 * 3600
+
+
+def _key(session_id: uuid.UUID) -> str:
+    return f"driftless:working-memory:{{{session_id}}}"
+
+
+def put_working_memory(
+    client: redis.Redis, session_id: uuid.UUID, document: dict[str, Any]
+) -> None:
+    client.set(_key(session_id), json.dumps(document, sort_keys=True), ex=TTL_S)
+
+
+def get_working_memory(client: redis.Redis, session_id: uuid.UUID) -> dict[str, Any] | None:
+    raw: Any = client.get(_key(session_id))
+    if raw is None:
+        return None
+    document: dict[str, Any] = json.loads(raw)
+    return document

@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from shared.context.render import render
+from shared.context.service import ContextOptions, assemble_context
+from shared.context.working_memory import put_working_memory
+from shared.sessions.service import load_session
+from web.auth import current_org
+from web.errors import error_response
+from web.runtime import runtime, unit_of_work
+from web.schemas import (
+    ContextOut,
+    ErrorOut,
+    LayersOut,
+    SessionPath,
+    WorkingMemoryIn,
+    WorkingMemoryOut,
+    dump,
+)
+from web.views.common import api_blueprint
+
+bp = api_blueprint("context", "context")
+
+MAX_WORKING_MEMORY_BYTES = 16 * 1024
+
+
+@bp.get("/sessions/<sid>/context", responses={200: ContextOut})
+def get_context(path: SessionPath) -> dict[str, Any]:
+    """The context stack for the next turn, stable first (R1–R3), rendered for a provider."""
+    rt = runtime()
+    options = ContextOptions(
+        window=rt.settings.window,
+        window_block=rt.settings.window_block,
+        window_mode=rt.settings.window_mode,
+        memory_token_budget=rt.settings.memory_token_budget,
+    )
+    with unit_of_work() as uow:
+        stack = assemble_context(
+            uow=uow, client=rt.redis, org_id=current_org(), session_id=path.sid, options=options
+        )
+    rendered = render(stack)
+    layers = LayersOut.model_validate(
+        {"stable": stack.stable, "semi_stable": stack.semi_stable, "volatile": stack.volatile}
+    )
+    out = ContextOut(
+        layers=layers,
+        messages=rendered.messages,
+        tokens=rendered.tokens,
+        stable_prefix_hash=rendered.stable_prefix_hash,
+    )
+    return dump(out)
+
+
+@bp.put("/sessions/<sid>/working-memory", responses={200: WorkingMemoryOut, 413: ErrorOut})
+def put_working(path: SessionPath, body: WorkingMemoryIn) -> Any:
+    """Replace the session's working memory (volatile: Redis, with a TTL)."""
+    if len(json.dumps(body.root).encode()) > MAX_WORKING_MEMORY_BYTES:
+        message = f"working memory is limited to {MAX_WORKING_MEMORY_BYTES} bytes"
+        return error_response(413, "too_large", message)
+    with unit_of_work() as uow:
+        session = load_session(uow=uow, org_id=current_org(), session_id=path.sid)
+    put_working_memory(runtime().redis, session.id, body.root)
+    return dump(WorkingMemoryOut(working_memory=body.root))
