@@ -32,6 +32,9 @@ ENVIRONMENT: dict[str, str] = {
     "DRIFTLESS_LLM_TIMEOUT_S": "llm_timeout_s",
     "DRIFTLESS_LLM_MAX_RETRIES": "llm_max_retries",
     "DRIFTLESS_DEBOUNCE_MS": "debounce_ms",
+    "DRIFTLESS_DEBOUNCE_MAX_WAIT_MS": "debounce_max_wait_ms",
+    "DRIFTLESS_SWEEP_S": "sweep_s",
+    "DRIFTLESS_IDLE_S": "idle_s",
     "DRIFTLESS_DRIFT_INTERVAL": "drift_interval",
     "DRIFTLESS_WINDOW": "window",
     "DRIFTLESS_WINDOW_MODE": "window_mode",
@@ -66,6 +69,11 @@ class Settings(BaseModel):
     llm_timeout_s: float = Field(default=30.0, gt=0, le=600)
     llm_max_retries: int = Field(default=2, ge=0, le=10)
     debounce_ms: int = Field(default=2000, ge=0, le=600_000)
+    # An endless stream of triggers still evaluates at least this often.
+    debounce_max_wait_ms: int = Field(default=10_000, ge=0, le=3_600_000)
+    # The beat sweep: every sweep_s, evaluate topics idle for idle_s with unsummarized messages.
+    sweep_s: int = Field(default=300, ge=1)
+    idle_s: int = Field(default=900, ge=1)
     drift_interval: int = Field(default=10, ge=1)
     window: int = Field(default=20, ge=1, le=1000)
     # block: the thread's start moves only in steps of window_block, so the provider's

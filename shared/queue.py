@@ -34,3 +34,6 @@ class RecordingQueue:
 SUMMARIZE_TOPIC = "driftless.summarize_topic"
 RECONCILE = "driftless.reconcile"
 INVALIDATE_MEMORY = "driftless.invalidate_memory"
+EVALUATE_TOPIC = "driftless.evaluate_topic"
+FIRE_DEBOUNCE = "driftless.fire_debounce"
+SWEEP_IDLE = "driftless.sweep_idle"

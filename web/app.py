@@ -18,7 +18,17 @@ from web.auth import install_auth
 from web.body import install_body_checks
 from web.errors import install_error_handlers, validation_error_response
 from web.runtime import WebRuntime
-from web.views import agents, context, curation, health, memory, sessions, tools, topics
+from web.views import (
+    agents,
+    context,
+    curation,
+    health,
+    memory,
+    sessions,
+    tools,
+    topics,
+    triggers,
+)
 from worker.app import make_celery
 from worker.queue import CeleryJobQueue
 
@@ -58,7 +68,8 @@ def create_app(
         engine=engine,
         session_factory=session_factory or make_session_factory(engine),
         queue=queue,
-        redis=redis.Redis.from_url(endpoints.redis_url),
+        # Short timeouts: a Redis outage must degrade requests (R29), not hang them.
+        redis=redis.Redis.from_url(endpoints.redis_url, socket_connect_timeout=1, socket_timeout=2),
     )
 
     install_auth(app)
@@ -73,6 +84,7 @@ def create_app(
         tools.bp,
         memory.bp,
         context.bp,
+        triggers.bp,
     )
     for blueprint in blueprints:
         app.register_api(blueprint)

@@ -337,3 +337,14 @@ class WorkingMemoryIn(RootModel[dict[str, Any]]):
 
 class WorkingMemoryOut(CamelModel):
     working_memory: dict[str, Any]
+
+
+# --- triggers ([4/6]) ---------------------------------------------------------------
+
+
+class EvaluateIn(Body):
+    trigger: Literal["navigation", "visibility", "disconnect", "manual"]
+
+
+class EvaluateOut(CamelModel):
+    status: Literal["scheduled", "coalesced", "suppressed", "dropped"]

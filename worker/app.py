@@ -6,7 +6,14 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 from shared.config import Settings
-from shared.queue import INVALIDATE_MEMORY, RECONCILE, SUMMARIZE_TOPIC
+from shared.queue import (
+    EVALUATE_TOPIC,
+    FIRE_DEBOUNCE,
+    INVALIDATE_MEMORY,
+    RECONCILE,
+    SUMMARIZE_TOPIC,
+    SWEEP_IDLE,
+)
 from shared.runtime import Endpoints, resolve_endpoints
 from worker.context import WorkerContext
 
@@ -19,6 +26,9 @@ LLM_TASK_SOFT_TIME_LIMIT_S = 240
 
 TASK_ROUTES = {
     SUMMARIZE_TOPIC: {"queue": LLM_QUEUE},
+    EVALUATE_TOPIC: {"queue": LLM_QUEUE},
+    FIRE_DEBOUNCE: {"queue": FAST_QUEUE},
+    SWEEP_IDLE: {"queue": FAST_QUEUE},
     RECONCILE: {"queue": FAST_QUEUE},
     INVALIDATE_MEMORY: {"queue": FAST_QUEUE},
 }
@@ -66,6 +76,7 @@ def make_celery(settings: Settings, *, endpoints: Endpoints | None = None) -> Ce
         task_publish_retry_policy={"max_retries": 2, "interval_start": 0.1, "interval_step": 0.2},
         beat_schedule={
             "reconcile": {"task": RECONCILE, "schedule": float(settings.reconcile_s)},
+            "sweep-idle": {"task": SWEEP_IDLE, "schedule": float(settings.sweep_s)},
         },
         worker_hijack_root_logger=False,
     )

@@ -18,6 +18,7 @@ from shared.db.uow import UnitOfWork
 from shared.llm.base import LLM
 from shared.llm.factory import make_llm
 from shared.runtime import Endpoints
+from shared.triggers.debounce import Debouncer
 
 
 class WorkerContext:
@@ -40,6 +41,14 @@ class WorkerContext:
     @cached_property
     def llm(self) -> LLM:
         return make_llm(self.settings)
+
+    @cached_property
+    def debouncer(self) -> Debouncer:
+        return Debouncer(
+            self.redis,
+            debounce_ms=self.settings.debounce_ms,
+            max_wait_ms=self.settings.debounce_max_wait_ms,
+        )
 
 
 def context_of(app: Celery) -> WorkerContext:

@@ -10,12 +10,23 @@ from celery import Task, shared_task
 from redis.exceptions import RedisError
 from sqlalchemy.exc import OperationalError
 
+from shared.evaluations.pipeline import evaluate_topic as evaluate
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
-from shared.queue import INVALIDATE_MEMORY, RECONCILE, SUMMARIZE_TOPIC, Job
+from shared.queue import (
+    EVALUATE_TOPIC,
+    FIRE_DEBOUNCE,
+    INVALIDATE_MEMORY,
+    RECONCILE,
+    SUMMARIZE_TOPIC,
+    SWEEP_IDLE,
+    Job,
+)
 from shared.summaries.service import summarize_topic as summarize
 from shared.topics.reconcile import closed_topics_awaiting_summary
+from shared.triggers.service import debounce_trigger, idle_topics
 from worker.context import context_of, unit_of_work
+from worker.queue import CeleryJobQueue
 
 log = logging.getLogger(__name__)
 
@@ -62,3 +73,62 @@ def reconcile(self: Task) -> int:
     if topic_ids:
         log.warning("reconcile: re-enqueued %d lost summaries", len(topic_ids))
     return len(topic_ids)
+
+
+@shared_task(
+    name=EVALUATE_TOPIC,
+    bind=True,
+    autoretry_for=RETRYABLE,
+    retry_backoff=True,
+    retry_backoff_max=60,
+    max_retries=8,
+)
+def evaluate_topic(self: Task, topic_id: str, trigger: str) -> str:
+    """Drift detection, then a silent fork or an in-place refresh (R30); arms R28's guard."""
+    context = context_of(self.app)
+    outcome = evaluate(
+        new_uow=lambda: unit_of_work(self.app),
+        llm=context.llm,
+        topic_id=uuid.UUID(topic_id),
+        trigger=trigger,
+        scan_back=context.settings.scan_back,
+    )
+    if outcome.outcome != "fork" and outcome.active_topic_id is not None:
+        try:
+            context.debouncer.mark_evaluated(
+                outcome.active_topic_id, last_message_id=outcome.last_message_id
+            )
+        except RedisError:
+            log.warning("could not arm the hasEvaluated guard of topic %s", topic_id)
+    log.info("evaluate_topic %s (%s): %s", topic_id, trigger, outcome.outcome)
+    return outcome.outcome
+
+
+@shared_task(name=FIRE_DEBOUNCE, bind=True, autoretry_for=(RedisError,), retry_backoff=True)
+def fire_debounce(self: Task, topic_id: str, token: str, trigger: str) -> str:
+    """The one job of a trigger burst: evaluate once the burst has been quiet (R27)."""
+    fired = context_of(self.app).debouncer.fire(uuid.UUID(topic_id), token)
+    queue = CeleryJobQueue(self.app)
+    if fired.status == "wait":  # a later trigger moved the deadline: look again then
+        kwargs = {"topic_id": topic_id, "token": token, "trigger": trigger}
+        queue.send(Job(FIRE_DEBOUNCE, kwargs, countdown=fired.remaining_ms / 1000))
+    elif fired.status == "fire":
+        queue.send(Job(EVALUATE_TOPIC, {"topic_id": topic_id, "trigger": trigger}))
+    return fired.status
+
+
+@shared_task(name=SWEEP_IDLE, bind=True)
+def sweep_idle(self: Task) -> int:
+    """Beat: evaluate topics of users who walked away without an exit trigger."""
+    context = context_of(self.app)
+    with unit_of_work(self.app) as uow:
+        topics = idle_topics(uow=uow, idle=dt.timedelta(seconds=context.settings.idle_s))
+    queue = CeleryJobQueue(self.app)
+    scheduled = 0
+    for topic_id, last_message_id in topics:
+        status = debounce_trigger(
+            debouncer=context.debouncer, queue=queue, topic_id=topic_id,
+            last_message_id=last_message_id, trigger="sweep",
+        )  # fmt: skip
+        scheduled += status == "scheduled"
+    return scheduled

@@ -17,6 +17,7 @@ TRIGGERS = (
     "manual",
     "reevaluate",
     "reconcile",
+    "sweep",
 )
 OUTCOMES = ("fork", "refresh", "skipped", "fallback")
 

@@ -10,6 +10,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import NamedTuple
 
 # English function words plus chat filler: neither says what a conversation is about.
@@ -54,6 +55,12 @@ def tokens(text: str) -> list[str]:
     return [t.replace("’", "'") for t in _TOKEN.findall(text)]
 
 
+# Both word-level helpers are pure and hot (every evaluation re-reads its topic's words):
+# a bounded cache makes re-reading a word a dictionary look-up.
+_WORD_CACHE = 1 << 16
+
+
+@lru_cache(maxsize=_WORD_CACHE)
 def stem(word: str) -> str:
     """A light, deterministic suffix stripper so `plans`, `planned` and `planning` meet."""
     w = word.lower()
@@ -74,6 +81,7 @@ def stem(word: str) -> str:
     return w[:-1] if _DOUBLED.search(w) else w
 
 
+@lru_cache(maxsize=_WORD_CACHE)
 def is_content_word(word: str) -> bool:
     """True for a word that can say what a text is about."""
     w = word.lower()

@@ -25,7 +25,11 @@ class ChatSession(Base):
     """A conversation of one user with one agent, inside one org."""
 
     __tablename__ = "sessions"
-    __table_args__ = (Index("ix_sessions_scope", "org_id", "agent_id", "user_id"),)
+    __table_args__ = (
+        Index("ix_sessions_scope", "org_id", "agent_id", "user_id"),
+        # The idle sweep walks sessions by their last activity.
+        Index("ix_sessions_last_activity_at", "last_activity_at"),
+    )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
     org_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("orgs.id", ondelete="CASCADE"))

@@ -10,6 +10,7 @@ from sqlalchemy import func, select, update
 
 from shared.db.uow import UnitOfWork
 from shared.errors import NotFound
+from shared.queue import EVALUATE_TOPIC, Job
 from shared.sessions.models import ChatSession, Message
 from shared.topics.models import Topic
 
@@ -125,8 +126,10 @@ def post_message(
     content: str,
     tool_name: str | None = None,
     tool_call_id: str | None = None,
+    drift_interval: int = 10,
 ) -> PostedMessage:
-    """Append a message to the session's active topic."""
+    """Append a message to the session's active topic; every `drift_interval`-th
+    user/assistant message of the topic enqueues a drift evaluation (R26)."""
     session = load_session(uow=uow, org_id=org_id, session_id=session_id, lock=True)
     topic = active_topic(uow=uow, session_id=session.id)
     message = append_message(
@@ -138,8 +141,10 @@ def post_message(
         tool_name=tool_name,
         tool_call_id=tool_call_id,
     )
-    # The heartbeat (R26) arrives with drift evaluation; until then nothing is enqueued here.
-    return PostedMessage(message=message, topic=topic, drift_evaluation_enqueued=False)
+    heartbeat = role != "tool" and topic.message_count % drift_interval == 0
+    if heartbeat:
+        uow.enqueue(Job(EVALUATE_TOPIC, {"topic_id": str(topic.id), "trigger": "heartbeat"}))
+    return PostedMessage(message=message, topic=topic, drift_evaluation_enqueued=heartbeat)
 
 
 def list_messages(

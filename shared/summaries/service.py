@@ -41,15 +41,33 @@ class SummaryOutcome:
     keep_in_memory: bool | None = None
 
 
-def _is_current(topic: Topic) -> bool:
+def is_summary_current(topic: Topic) -> bool:
     return not topic.summary_pending and topic.summary_prompt_version == SUMMARY_PROMPT_VERSION
 
 
 def take_snapshot(*, uow: UnitOfWork, topic_id: uuid.UUID) -> TopicSnapshot | None:
     """What to summarize, or None when there is nothing to do."""
     topic = uow.session.get(Topic, topic_id)
-    if topic is None or topic.last_message_id is None or _is_current(topic):
+    if topic is None or topic.last_message_id is None or is_summary_current(topic):
         return None
+    return snapshot_through(
+        uow=uow,
+        topic=topic,
+        through_id=topic.last_message_id,
+        total_messages=topic.message_count + topic.tool_message_count,
+        message_count=topic.message_count,
+    )
+
+
+def snapshot_through(
+    *,
+    uow: UnitOfWork,
+    topic: Topic,
+    through_id: int,
+    total_messages: int,
+    message_count: int,
+) -> TopicSnapshot:
+    """The topic's messages up to `through_id` (all of them, or those before a fork)."""
     first_user_message = uow.session.scalar(
         select(Message.content)
         .where(Message.topic_id == topic.id, Message.role == "user")
@@ -59,20 +77,21 @@ def take_snapshot(*, uow: UnitOfWork, topic_id: uuid.UUID) -> TopicSnapshot | No
     request = read_transcript(
         uow=uow,
         topic_id=topic.id,
-        through_id=topic.last_message_id,
-        total_messages=topic.message_count + topic.tool_message_count,
+        through_id=through_id,
+        total_messages=total_messages,
         notes=active_notes_text(uow=uow, topic_id=topic.id),
         previous_summary=topic.summary,
     )
     return TopicSnapshot(
         request=request,
-        last_message_id=topic.last_message_id,
-        message_count=topic.message_count,
+        last_message_id=through_id,
+        message_count=message_count,
         first_user_message=first_user_message,
     )
 
 
-def _ask(llm: LLM, snapshot: TopicSnapshot) -> tuple[Completion | None, str | None]:
+def ask_summary(llm: LLM, snapshot: TopicSnapshot) -> tuple[Completion | None, str | None]:
+    """The LLM's answer, or None and the reason when the call failed entirely (R14)."""
     try:
         return llm.summarize(snapshot.request), None
     except LLMError as exc:
@@ -80,32 +99,16 @@ def _ask(llm: LLM, snapshot: TopicSnapshot) -> tuple[Completion | None, str | No
         return None, str(exc) or type(exc).__name__
 
 
-def store_summary(
+def apply_summary(
     *,
     uow: UnitOfWork,
-    topic_id: uuid.UUID,
+    topic: Topic,
+    scope: Scope,
     snapshot: TopicSnapshot,
     completion: Completion | None,
     error: str | None,
-    trigger: str,
-    started_at: dt.datetime,
-) -> SummaryOutcome:
-    """Write the summary under the topic's row lock, unless a duplicate job got there first."""
-    row = uow.session.execute(
-        select(Topic, ChatSession)
-        .join(ChatSession, ChatSession.id == Topic.session_id)
-        .where(Topic.id == topic_id)
-        .with_for_update(of=Topic)
-    ).first()
-    if row is None:
-        return SummaryOutcome(topic_id, "skipped")
-    topic, session = row
-    if (
-        topic.summarized_through_id == snapshot.last_message_id
-        and topic.summary_prompt_version == SUMMARY_PROMPT_VERSION
-    ):
-        return SummaryOutcome(topic_id, "skipped", topic.keep_in_memory)
-
+) -> tuple[str, str | None]:
+    """Store the summary on the (row-locked) topic: ("refresh" | "fallback", error)."""
     parsed = parse_summary_answer(completion.text) if completion else None
     flags = flags_of(topic)
     if parsed is not None:
@@ -125,7 +128,6 @@ def store_summary(
             topic.summary_source = "fallback"
         outcome = "fallback"
         error = error or "the answer was not a JSON object with a title and a summary"
-    scope = Scope(org_id=session.org_id, agent_id=session.agent_id, user_id=session.user_id)
     record_change(
         uow=uow, topic=topic, scope=scope, new=flags, actor="summarizer", action="summarize"
     )
@@ -139,21 +141,57 @@ def store_summary(
             .where(NotesDocument.topic_id == topic.id, NotesDocument.status == "active")
             .values(status="archived", archived_at=func.now())
         )
+    return outcome, error
+
+
+def record_evaluation(
+    *,
+    uow: UnitOfWork,
+    topic_id: uuid.UUID,
+    trigger: str,
+    outcome: str,
+    completions: list[Completion | None],
+    llm_calls: int,
+    error: str | None,
+    started_at: dt.datetime,
+) -> None:
+    """The audit row of one evaluation or summarization: what ran, what it cost."""
+    answered = [c for c in completions if c is not None]
     uow.session.add(
         Evaluation(
-            topic_id=topic.id,
+            topic_id=topic_id,
             trigger=trigger,
             outcome=outcome,
-            llm_calls=1,
-            prompt_tokens=completion.usage.prompt_tokens if completion else 0,
-            completion_tokens=completion.usage.completion_tokens if completion else 0,
-            model=completion.model if completion else None,
+            llm_calls=llm_calls,
+            prompt_tokens=sum(c.usage.prompt_tokens for c in answered),
+            completion_tokens=sum(c.usage.completion_tokens for c in answered),
+            model=answered[-1].model if answered else None,
             error=error,
             started_at=started_at,
             finished_at=dt.datetime.now(dt.UTC),
         )
     )
-    return SummaryOutcome(topic_id, outcome, flags.keep)
+
+
+def lock_topic(*, uow: UnitOfWork, topic_id: uuid.UUID) -> tuple[Topic, Scope] | None:
+    row = uow.session.execute(
+        select(Topic, ChatSession)
+        .join(ChatSession, ChatSession.id == Topic.session_id)
+        .where(Topic.id == topic_id)
+        .with_for_update(of=Topic)
+    ).first()
+    if row is None:
+        return None
+    topic, session = row
+    return topic, Scope(org_id=session.org_id, agent_id=session.agent_id, user_id=session.user_id)
+
+
+def is_stored(topic: Topic, snapshot: TopicSnapshot) -> bool:
+    """A duplicate job already stored a summary of exactly this snapshot."""
+    return (
+        topic.summarized_through_id == snapshot.last_message_id
+        and topic.summary_prompt_version == SUMMARY_PROMPT_VERSION
+    )
 
 
 def summarize_topic(
@@ -165,16 +203,22 @@ def summarize_topic(
         snapshot = take_snapshot(uow=uow, topic_id=topic_id)
     if snapshot is None:
         return SummaryOutcome(topic_id, "skipped")
-    completion, error = _ask(llm, snapshot)
+    completion, error = ask_summary(llm, snapshot)
     with new_uow() as uow:
-        outcome = store_summary(
-            uow=uow,
-            topic_id=topic_id,
-            snapshot=snapshot,
-            completion=completion,
+        locked = lock_topic(uow=uow, topic_id=topic_id)
+        if locked is None:
+            return SummaryOutcome(topic_id, "skipped")
+        topic, scope = locked
+        if is_stored(topic, snapshot):
+            return SummaryOutcome(topic_id, "skipped", topic.keep_in_memory)
+        outcome, error = apply_summary(
+            uow=uow, topic=topic, scope=scope, snapshot=snapshot, completion=completion,
             error=error,
-            trigger=trigger,
-            started_at=started_at,
-        )
+        )  # fmt: skip
+        record_evaluation(
+            uow=uow, topic_id=topic_id, trigger=trigger, outcome=outcome,
+            completions=[completion], llm_calls=1, error=error, started_at=started_at,
+        )  # fmt: skip
+        keep = topic.keep_in_memory
         uow.commit()
-    return outcome
+    return SummaryOutcome(topic_id, outcome, keep)

@@ -6,7 +6,7 @@ from shared.sessions import service
 from shared.sessions.service import SessionView
 from shared.topics.service import open_topic
 from web.auth import current_org
-from web.runtime import unit_of_work
+from web.runtime import runtime, unit_of_work
 from web.schemas import (
     MessageIn,
     MessageListOut,
@@ -60,7 +60,7 @@ def get(path: SessionPath) -> dict[str, Any]:
 
 @bp.post("/sessions/<sid>/messages", responses={201: PostedMessageOut})
 def post_message(path: SessionPath, body: MessageIn) -> tuple[dict[str, Any], int]:
-    """Append a message to the session's active topic."""
+    """Append a message to the active topic; every 10th enqueues a drift evaluation (R26)."""
     with unit_of_work() as uow:
         posted = service.post_message(
             uow=uow,
@@ -70,6 +70,7 @@ def post_message(path: SessionPath, body: MessageIn) -> tuple[dict[str, Any], in
             content=body.content,
             tool_name=body.tool_name,
             tool_call_id=body.tool_call_id,
+            drift_interval=runtime().settings.drift_interval,
         )
         uow.commit()
     out = PostedMessageOut(

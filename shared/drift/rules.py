@@ -1,0 +1,69 @@
+"""Pure rules of drift detection: what the detector is shown, and what its answer means.
+
+The pipeline and `bench/drift_quality.py` both build requests and read answers through
+these two functions, so the benchmark measures exactly what production runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from shared.llm.base import DriftRequest, TranscriptLine
+
+# Messages before the scan-back window shown as the topic's context.
+EARLIER_CONTEXT = 20
+MAX_NEW_TITLE_CHARS = 120
+
+
+@dataclass(frozen=True)
+class DriftDecision:
+    first_message_id: int  # the first message of the new subject; it and all after move
+    new_title: str | None
+
+
+def build_drift_request(
+    *,
+    topic_title: str | None,
+    topic_summary: str | None,
+    recent: Sequence[TranscriptLine],
+    scan_back: int,
+) -> DriftRequest:
+    """`recent` is the topic's newest messages, oldest first (at least `scan_back` +
+    EARLIER_CONTEXT when the topic has them): the last `scan_back` are the window."""
+    window = list(recent[-scan_back:])
+    earlier = list(recent[:-scan_back][-EARLIER_CONTEXT:]) if len(recent) > scan_back else []
+    return DriftRequest(
+        topic_title=topic_title, topic_summary=topic_summary, earlier=earlier, window=window
+    )
+
+
+def parse_drift_answer(text: str, request: DriftRequest) -> DriftDecision | None:
+    """The fork the answer asks for, or None for no drift.
+
+    Anything but a JSON object with `"drift": true` and a `first_message_id` naming a
+    message of the window is no drift (R30). A fork that would leave the old topic
+    empty (the id is the topic's very first message) is no drift either.
+    """
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(answer, dict) or answer.get("drift") is not True:
+        return None
+    first = answer.get("first_message_id")
+    if isinstance(first, bool) or not isinstance(first, int | str):
+        return None
+    try:
+        first_id = int(first)
+    except ValueError:
+        return None
+    window_ids = [line.id for line in request.window]
+    if first_id not in window_ids:
+        return None
+    if first_id == window_ids[0] and not request.earlier:
+        return None  # everything would move: the topic itself is the new subject
+    title = answer.get("new_title")
+    new_title = " ".join(title.split())[:MAX_NEW_TITLE_CHARS] if isinstance(title, str) else None
+    return DriftDecision(first_message_id=first_id, new_title=new_title or None)
