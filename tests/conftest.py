@@ -17,8 +17,10 @@ from shared.config import Settings
 from shared.db.engine import make_engine, make_session_factory
 from shared.db.migrate import upgrade
 from shared.db.uow import UnitOfWork
+from shared.llm.openai_provider import OpenAIProvider
 from shared.queue import RecordingQueue
 from tests import services
+from tests.llm_server import FakeOpenAI
 
 
 @pytest.fixture(scope="session")
@@ -134,3 +136,30 @@ def other_auth(session_factory: sessionmaker[Session]) -> dict[str, str]:
 def committed_factory(engine: Engine) -> sessionmaker[Session]:
     """Sessions that really commit: for tests that need several connections at once."""
     return make_session_factory(engine)
+
+
+# --- the LLM stand-in: our OpenAI-compatible server, through the real openai client ---
+
+
+@pytest.fixture(scope="session")
+def fake_openai_server() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        yield server
+
+
+@pytest.fixture
+def fake_openai(fake_openai_server: FakeOpenAI) -> FakeOpenAI:
+    """The server, with no calls recorded and no script yet."""
+    fake_openai_server.reset()
+    return fake_openai_server
+
+
+@pytest.fixture
+def openai_llm(fake_openai: FakeOpenAI) -> Iterator[OpenAIProvider]:
+    """The real provider pointed at the fake server, with short timeouts."""
+    provider = OpenAIProvider(
+        api_key="test", base_url=fake_openai.base_url, model="test-model", timeout_s=0.5,
+        max_retries=1,
+    )  # fmt: skip
+    yield provider
+    provider.close()

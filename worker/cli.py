@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
+import time
+from typing import Any
 
 import click
 
@@ -85,3 +88,38 @@ def demo(url: str | None, key: str | None) -> None:
         return
     with started_system() as (started_url, dev_key):
         run_demo(Api(started_url, dev_key))
+
+
+@main.command()
+@click.option("--org", help="Only this org (its name).")
+@click.option("--agent", "agent_id", help="Only this agent id.")
+@click.option("--user", "user_id", help="Only this user id.")
+@click.option("--since", type=click.DateTime(), help="Only topics created at or after (ISO).")
+@click.option("--rate", type=click.FloatRange(min=0.1), default=20.0, show_default=True,
+              help="Jobs enqueued per second, so the llm queue is never flooded.")  # fmt: skip
+def reevaluate(
+    org: str | None, agent_id: str | None, user_id: str | None, since: Any, rate: float
+) -> None:
+    """Enqueue re-evaluation of matching topics (e.g. after a prompt or model change)."""
+    from shared.topics.reevaluate import Selection, count_topics, reevaluation_jobs
+    from worker.app import make_celery
+    from worker.queue import CeleryJobQueue
+
+    settings = load_settings_or_exit()
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=dt.UTC)
+    selection = Selection(org=org, agent_id=agent_id, user_id=user_id, since=since)
+    queue = CeleryJobQueue(make_celery(settings))
+    engine = make_engine(database_url_of(settings), pool_size=1, max_overflow=0)
+    interval, sent = 1.0 / rate, 0
+    with UnitOfWork(make_session_factory(engine), RecordingQueue()) as uow:
+        total = count_topics(uow=uow, selection=selection)
+        with click.progressbar(length=total, label="enqueueing", file=sys.stderr) as bar:
+            next_at = time.monotonic()
+            for job in reevaluation_jobs(uow=uow, selection=selection):
+                time.sleep(max(0.0, next_at - time.monotonic()))
+                queue.send(job)
+                next_at += interval
+                sent += 1
+                bar.update(1)
+    click.echo(f"enqueued {sent} re-evaluations")

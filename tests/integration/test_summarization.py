@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,26 +26,15 @@ GOOD = {
 }
 
 
-@pytest.fixture(scope="module")
-def fake_openai() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI() as server:
-        yield server
-
-
 @pytest.fixture
 def llm_server(fake_openai: FakeOpenAI) -> FakeOpenAI:
     fake_openai.answer_json(GOOD)
-    fake_openai.requests.clear()
-    fake_openai.calls = 0
     return fake_openai
 
 
 @pytest.fixture
-def llm(llm_server: FakeOpenAI) -> OpenAIProvider:
-    return OpenAIProvider(
-        api_key="test", base_url=llm_server.base_url, model="test-model", timeout_s=0.5,
-        max_retries=1,
-    )  # fmt: skip
+def llm(llm_server: FakeOpenAI, openai_llm: OpenAIProvider) -> OpenAIProvider:
+    return openai_llm
 
 
 @pytest.fixture
