@@ -34,6 +34,12 @@ DECISIONS = [
     ("user", "I prefer Celery with Redis for the retries. Never run cron on the web hosts."),
     ("assistant", "Noted: Celery on Redis for retries, no cron on web hosts. Deadline Friday."),
 ]
+HIKE = [
+    ("user", "Unrelated, but I'm planning a hike in the Dolomites in July."),
+    ("assistant", "Nice! Which trail are you considering for the Dolomites?"),
+    ("user", "The Alta Via 1 trail, hut to hut, about ten days of hiking."),
+    ("assistant", "Book the mountain huts early; July hiking season fills them fast."),
+]
 SMALL_TALK = [
     ("user", "Thanks, that was quick!"),
     ("assistant", "Happy to help. Have a nice weekend!"),
@@ -106,12 +112,25 @@ def _wait_ready(url: str) -> None:
 
 def _talk(api: Api, session_id: str, turns: list[tuple[str, str]]) -> None:
     for role, content in turns:
-        api.call(
+        posted = api.call(
             "POST",
             f"/agents-api/sessions/{session_id}/messages",
             {"role": role, "content": content},
         )
         click.echo(f"  {role:>9}: {content}")
+        if posted["driftEvaluationEnqueued"]:
+            click.echo("             ↳ 10th message: heartbeat drift evaluation enqueued (R26)")
+
+
+def _wait_evaluations(api: Api, topic_id: str, count: int = 1) -> list[Any]:
+    deadline = time.monotonic() + SUMMARY_TIMEOUT_S
+    while True:
+        rows = api.call("GET", f"/agents-api/topics/{topic_id}/evaluations")["evaluations"]
+        if len(rows) >= count:
+            return list(rows)
+        if time.monotonic() > deadline:
+            raise click.ClickException("no evaluation arrived; is the worker running?")
+        time.sleep(0.3)
 
 
 def _wait_summarized(api: Api, topic_ids: list[str]) -> list[Any]:
@@ -127,30 +146,52 @@ def _wait_summarized(api: Api, topic_ids: list[str]) -> list[Any]:
 
 def run_demo(api: Api) -> None:
     agent, user = "demo-planner", f"ada-{uuid.uuid4().hex[:6]}"
-    api.call(
-        "PUT",
-        f"/agents-api/agents/{agent}",
-        {
-            "soul": "You are Planner: terse, exact, and you remember decisions.",
-            "skills": ["billing"],
-        },
-    )
+    soul = "You are Planner: terse, exact, and you remember decisions."
+    api.call("PUT", f"/agents-api/agents/{agent}", {"soul": soul, "skills": ["billing"]})
     click.secho(f"Session 1 (agent {agent}, user {user})", bold=True)
     first = api.call("POST", "/agents-api/sessions", {"agentId": agent, "userId": user})
-    decisions_topic = first["activeTopicId"]
-    _talk(api, first["id"], DECISIONS)
+    sid, billing = first["id"], first["activeTopicId"]
+    _talk(api, sid, DECISIONS)
     tool = api.call(
         "POST",
-        f"/agents-api/sessions/{first['id']}/tools/important_info",
+        f"/agents-api/sessions/{sid}/tools/important_info",
         {"arguments": {"op": "$set", "key": "billing_deadline", "value": "Friday"}},
     )
     click.echo(f"  tool important_info $set billing_deadline → ok={tool['ok']}")
-    small_talk = api.call("POST", f"/agents-api/sessions/{first['id']}/topics", {"title": "Chat"})
-    _talk(api, first["id"], SMALL_TALK)
-    api.call("POST", f"/agents-api/sessions/{first['id']}/topics", {})
+    _talk(api, sid, HIKE)
+
+    [evaluation] = _wait_evaluations(api, billing)
+    topics = api.call("GET", f"/agents-api/sessions/{sid}")["topics"]
+    if evaluation["outcome"] == "fork":
+        prior, new = topics[0], topics[-1]
+        click.secho("\nSilent fork (drift detected by the worker, the user saw nothing)", bold=True)
+        click.echo(f"  {prior['title']!r} ({prior['messageCount']} messages, closed, summarized)")
+        click.echo(f"  → {new['title']!r} ({new['messageCount']} messages moved, now active)")
+    else:
+        click.echo(f"\n  heartbeat evaluation: {evaluation['outcome']} (no drift detected)")
+
+    click.secho("\nLeaving the page: three exit triggers in a burst", bold=True)
+    active = api.call("GET", f"/agents-api/sessions/{sid}")["activeTopicId"]
+    before = len(api.call("GET", f"/agents-api/topics/{active}/evaluations")["evaluations"])
+    for trigger in ("visibility", "disconnect", "navigation"):
+        status = api.call("POST", f"/agents-api/sessions/{sid}/evaluate", {"trigger": trigger})
+        click.echo(f"  POST evaluate {trigger:<10} → 202 {status['status']}")
+    rows = _wait_evaluations(api, active, before + 1)
+    time.sleep(1.0)  # were there another, it would have arrived by now
+    rows = api.call("GET", f"/agents-api/topics/{active}/evaluations")["evaluations"]
+    click.echo(
+        f"  → {len(rows) - before} evaluation, {rows[-1]['outcome']}, ~2 s after the last trigger"
+    )
+    again = api.call("POST", f"/agents-api/sessions/{sid}/evaluate", {"trigger": "visibility"})
+    click.echo(f"  one more trigger, nothing new said → 202 {again['status']} (R28)")
+
+    api.call("POST", f"/agents-api/sessions/{sid}/topics", {"title": "Chat"})
+    _talk(api, sid, SMALL_TALK)
+    api.call("POST", f"/agents-api/sessions/{sid}/topics", {})
 
     click.secho("\nJust-in-time summaries (by the worker)", bold=True)
-    for t in _wait_summarized(api, [decisions_topic, small_talk["id"]]):
+    closed = [t["id"] for t in api.call("GET", f"/agents-api/sessions/{sid}")["topics"]][:-1]
+    for t in _wait_summarized(api, closed):
         verdict = "PROMOTED to memory" if t["keepInMemory"] else "stays in the session"
         click.echo(
             f"  [{t['summarySource']}] {t['title']!r} — {t['messageCount']} messages — {verdict}"
