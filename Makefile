@@ -38,6 +38,7 @@ lint: install ## ruff, mypy (strict on shared/), import contracts
 bench: install ## Run the benchmarks (bench/*.py) against the machine's PostgreSQL and Redis
 	$(BIN)/python -m bench.context
 	$(BIN)/python -m bench.prefix_reuse --quiet
+	$(BIN)/python -m bench.debounce
 
 fmt: install ## Format and autofix
 	$(BIN)/ruff format .
