@@ -168,6 +168,24 @@ def segment(llm: LLM, utterances: Sequence[str], *, interval: int, scan_back: in
 
 
 @dataclass(frozen=True)
+class Dialogue:
+    utterances: list[str]
+    segments: list[int]  # reference: lengths of consecutive same-topic runs
+
+
+def load_dialogues(path: Path, limit: int | None = None) -> list[Dialogue]:
+    """The file's dialogues (format: shared/data/topic-segmentation/README.md)."""
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    dialogues = [
+        Dialogue([str(u) for u in item["utterances"]], [int(n) for n in item["segments"]])
+        for item in raw[:limit]
+    ]
+    for dialogue in dialogues:
+        _check(dialogue.segments, [len(dialogue.utterances)])
+    return dialogues
+
+
+@dataclass(frozen=True)
 class Score:
     pk: float
     wd: float
@@ -176,21 +194,19 @@ class Score:
     calls: int
 
 
-def score_file(
-    llm: LLM, dialogues: Sequence[dict[str, object]], *, interval: int, scan_back: int
+def score_dialogues(
+    llm: LLM, dialogues: Sequence[Dialogue], *, interval: int, scan_back: int
 ) -> list[Score]:
     scores = []
     for dialogue in dialogues:
-        utterances = [str(u) for u in dialogue["utterances"]]  # type: ignore[attr-defined]
-        reference = [int(n) for n in dialogue["segments"]]  # type: ignore[attr-defined]
-        result = segment(llm, utterances, interval=interval, scan_back=scan_back)
-        hypothesis = masses(result.boundaries, len(utterances))
+        result = segment(llm, dialogue.utterances, interval=interval, scan_back=scan_back)
+        hypothesis = masses(result.boundaries, len(dialogue.utterances))
         scores.append(
             Score(
-                pk=pk(hypothesis, reference),
-                wd=window_diff(hypothesis, reference),
+                pk=pk(hypothesis, dialogue.segments),
+                wd=window_diff(hypothesis, dialogue.segments),
                 predicted=len(hypothesis),
-                reference=len(reference),
+                reference=len(dialogue.segments),
                 calls=result.calls,
             )
         )
@@ -213,10 +229,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"  scan_back {settings.scan_back}")
     everything: dict[str, list[Score]] = {mode: [] for mode in modes}
     for path in args.files:
-        dialogues = json.loads(path.read_text(encoding="utf-8"))[: args.limit]
+        dialogues = load_dialogues(path, args.limit)
         for mode, interval in modes.items():
             started = time.perf_counter()
-            scores = score_file(llm, dialogues, interval=interval, scan_back=settings.scan_back)
+            scores = score_dialogues(
+                llm, dialogues, interval=interval, scan_back=settings.scan_back
+            )
             elapsed = time.perf_counter() - started
             everything[mode] += scores
             print(

@@ -13,13 +13,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from shared.llm.base import Completion, DriftRequest, SummaryRequest, TranscriptLine, Usage
+from shared.llm.base import Completion, DriftRequest, SummaryRequest, Usage
+from shared.llm.local_drift import DEFAULT_DRIFT_THRESHOLDS, find_new_subject
+from shared.llm.local_drift import DriftThresholds as DriftThresholds  # re-exported
 from shared.llm.prompts import drift_messages, summary_messages
 from shared.llm.text import (
     STOPWORDS,
     clip,
     content_terms,
-    cosine,
     is_content_word,
     salient_terms,
     split_sentences,
@@ -220,93 +221,22 @@ def summarize_locally(request: SummaryRequest) -> dict[str, object]:
 
 # --- drift detection ----------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class DriftThresholds:
-    """The knobs of lexical drift detection (cosine similarities of term frequencies)."""
-
-    min_suffix_messages: int = 2  # a new subject announced as such ("by the way, …")
-    min_unannounced_messages: int = 3  # two short messages off the topic's words are weak
-    max_topic_similarity: float = 0.10  # suffix as a whole vs everything before it
-    max_message_similarity: float = 0.15  # each suffix message vs everything before it
-    min_cohesion: float = 0.10  # suffix messages vs the rest of the suffix, on average
-    min_message_cohesion: float = 0.0  # each suffix message must exceed this (share a word)
-    min_topic_terms: int = 3  # below this, there is no topic yet to drift from
-    title_weight: float = 2.0  # the title and summary condense the topic: they count more
-
-
-DEFAULT_DRIFT_THRESHOLDS = DriftThresholds()
 NO_DRIFT: dict[str, object] = {"drift": False, "first_message_id": None, "new_title": None}
-
-# People often announce a change of subject; word overlap alone cannot tell a new
-# subject from a new sub-question in two messages, an announcement can.
-_SHIFT = re.compile(
-    r"\b(by the way|btw|different (question|topic|subject)|unrelated|new (question|topic)"
-    r"|another (question|topic|thing)|switching (gears|topics?)|change of (subject|topic)"
-    r"|on (another|a different|an unrelated) (note|topic|subject)|moving on|something else)\b",
-    re.IGNORECASE,
-)
-
-
-def announces_shift(text: str) -> bool:
-    """True when a message says it changes the subject ("by the way", "unrelated: …")."""
-    return bool(_SHIFT.search(text))
-
-
-Profile = dict[str, float]
-
-
-def _minus(whole: Profile, part: Profile) -> Profile:
-    rest = {term: weight - part.get(term, 0.0) for term, weight in whole.items()}
-    return {term: weight for term, weight in rest.items() if weight > 1e-9}
-
-
-def _drift_score(
-    before: Profile, suffix: Sequence[Profile], announced: bool, limits: DriftThresholds
-) -> float | None:
-    """How clearly `suffix` is a subject of its own (cohesion − similarity), or None."""
-    needed = limits.min_suffix_messages if announced else limits.min_unannounced_messages
-    if len(suffix) < needed or len(before) < limits.min_topic_terms:
-        return None
-    whole: Profile = {}
-    for message in suffix:
-        for term, weight in message.items():
-            whole[term] = whole.get(term, 0.0) + weight
-    similarity = cosine(whole, before)
-    if similarity > limits.max_topic_similarity:
-        return None
-    if any(cosine(message, before) > limits.max_message_similarity for message in suffix):
-        return None
-    links = [cosine(message, _minus(whole, message)) for message in suffix]
-    cohesion = sum(links) / len(links)
-    if cohesion < limits.min_cohesion or min(links) <= limits.min_message_cohesion:
-        return None
-    return cohesion - similarity
 
 
 def detect_drift_locally(
     request: DriftRequest, limits: DriftThresholds = DEFAULT_DRIFT_THRESHOLDS
 ) -> dict[str, object]:
-    """{drift, first_message_id, new_title}: the window's longest-standing clear new subject."""
-    topic = [(request.topic_title or "", limits.title_weight)]
-    topic.append((request.topic_summary or "", limits.title_weight))
-    topic += [(line.content, 1.0) for line in request.earlier if line.role != "tool"]
-    # Messages with no content words ("ok", "thanks!") neither start nor carry a subject.
-    window: list[tuple[TranscriptLine, Profile]] = [
-        (line, weigh_terms([(line.content, 1.0)])) for line in request.window if line.role != "tool"
-    ]
-    window = [(line, terms) for line, terms in window if terms]
-    best: tuple[float, int] | None = None
-    for start in range(len(window)):
-        before = weigh_terms(topic + [(line.content, 1.0) for line, _ in window[:start]])
-        profiles = [terms for _, terms in window[start:]]
-        score = _drift_score(before, profiles, announces_shift(window[start][0].content), limits)
-        if score is not None and (best is None or score > best[0]):
-            best = (score, start)
-    if best is None:
+    """{drift, first_message_id, new_title}: the window's earliest clear new subject
+    (shared.llm.local_drift), titled from its messages as a summary would be."""
+    first = find_new_subject(request, limits)
+    if first is None:
         return dict(NO_DRIFT)
-    first = window[best[1]][0]
-    suffix = [(line.content, ROLE_WEIGHTS.get(line.role, 1.0)) for line, _ in window[best[1] :]]
+    suffix = [
+        (line.content, ROLE_WEIGHTS.get(line.role, 1.0))
+        for line in request.window
+        if line.id >= first.id and line.role != "tool"
+    ]
     return {"drift": True, "first_message_id": first.id, "new_title": make_title(suffix)}
 
 
@@ -337,6 +267,6 @@ class LocalProvider:
         return _completion(summarize_locally(request), summary_messages(request))
 
     def detect_drift(self, request: DriftRequest) -> Completion:
-        """{drift, first_message_id, new_title} from word overlap between messages."""
+        """{drift, first_message_id, new_title} from discourse cues and word overlap."""
         answer = detect_drift_locally(request, self.drift_thresholds)
         return _completion(answer, drift_messages(request))

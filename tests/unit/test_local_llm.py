@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from bench.drift_quality import masses, pk, segment, window_diff, window_size
 from shared.config import Settings
 from shared.llm.base import LLM, DriftRequest, SummaryRequest, TranscriptLine
 from shared.llm.factory import make_llm
@@ -66,6 +67,25 @@ def _summary(pairs: list[tuple[str, str]], notes: str | None = None) -> dict[str
     completion = LocalProvider().summarize(SummaryRequest(lines=_lines(pairs), notes=notes))
     answer: dict[str, Any] = json.loads(completion.text)
     return answer
+
+
+# A task-style exchange that ends in a sign-off, then a new request.
+BOOKING = [
+    ("user", "I need a table for four at an Italian restaurant tonight, please."),
+    ("assistant", "Sure. Which part of town, and what time would you like?"),
+    ("user", "Near the station, around 8pm."),
+    ("assistant", "Trattoria Roma near the station has a table for four at 8pm. Shall I book it?"),
+    ("user", "Yes, book it."),
+    ("assistant", "Done: Trattoria Roma, four people, 8pm tonight. Anything else?"),
+]
+TAXI = [
+    ("user", "Yes, I also need a taxi to the airport tomorrow morning."),
+    ("assistant", "What time should the taxi pick you up?"),
+]
+TANGENT = [
+    ("user", "Is the new Dune movie worth watching?"),
+    ("assistant", "Dune Part Two is worth watching in IMAX for the visuals."),
+]
 
 
 def _drift(
@@ -182,15 +202,65 @@ def test_r30_no_drift_in_a_coherent_conversation() -> None:
 def test_r30_an_unannounced_two_message_tangent_is_not_drift() -> None:
     # Two short messages that share no word with the topic look like a new subject to a
     # word-overlap test; only an announced change is trusted on so little evidence.
-    tangent = [
-        ("user", "Is the new Dune movie worth watching?"),
-        ("assistant", "Dune Part Two is worth watching in IMAX for the visuals."),
-    ]
-    assert _drift(DATABASE + tangent, title="PostgreSQL index tuning")["drift"] is False
-    announced = [("user", "By the way, " + tangent[0][1]), tangent[1]]
+    assert _drift(DATABASE + TANGENT, title="PostgreSQL index tuning")["drift"] is False
+    announced = [("user", "By the way, " + TANGENT[0][1]), TANGENT[1]]
     answer = _drift(DATABASE + announced, title="PostgreSQL index tuning")
     assert answer["drift"] is True
     assert answer["first_message_id"] == len(DATABASE) + 1
+
+
+def test_r30_an_unannounced_new_question_that_persists_is_drift() -> None:
+    # A question on words nobody used, not an answer to anything, that the conversation
+    # then stays on: the usual way people change the subject without saying so.
+    follow_up = ("user", "Who plays Paul in the Dune movie?")
+    answer = _drift(DATABASE + TANGENT + [follow_up], title="PostgreSQL index tuning")
+    assert answer["drift"] is True
+    assert answer["first_message_id"] == len(DATABASE) + 1
+    assert "Dune" in answer["new_title"]
+
+
+def test_r30_a_tangent_the_conversation_returns_from_is_not_drift() -> None:
+    back = ("user", "Thanks! Back to the orders index: should it include the status too?")
+    assert _drift(DATABASE + TANGENT + [back], title="PostgreSQL index tuning")["drift"] is False
+
+
+def test_r30_a_sign_off_then_a_new_request_is_drift() -> None:
+    # "Anything else?" closes a line of work; the reply opens the next. A question right
+    # after a request ("which part of town?") is a clarification, not a new subject.
+    assert _drift(BOOKING)["drift"] is False
+    assert _drift(BOOKING + TAXI[:1])["drift"] is False  # one message is not a subject yet
+    answer = _drift(BOOKING + TAXI)
+    assert answer["drift"] is True
+    assert answer["first_message_id"] == len(BOOKING) + 1
+    assert "Taxi" in answer["new_title"]
+
+
+def test_r30_back_channel_messages_do_not_start_the_new_subject() -> None:
+    thanks = [("user", "Great, thanks!"), ("assistant", "You are welcome!")]
+    lisbon = ("user", "I am planning a trip to Lisbon in May. Where should I stay?")
+    answer = _drift(DATABASE + thanks + [lisbon, TRIP[1], TRIP[2]])
+    assert answer["drift"] is True
+    assert answer["first_message_id"] == len(DATABASE) + len(thanks) + 1
+
+
+def _replay(*conversations: list[tuple[str, str]]) -> list[int]:
+    """Where the pipeline forks when drift is judged after every message (interval 1)."""
+    texts = [content for conversation in conversations for _, content in conversation]
+    return segment(LocalProvider(), texts, interval=1, scan_back=10).boundaries
+
+
+@pytest.mark.parametrize("pairs", [SOURDOUGH, DATABASE, DECISIONS, SMALL_TALK, BOOKING])
+def test_r30_judged_after_every_message_a_coherent_conversation_never_forks(
+    pairs: list[tuple[str, str]],
+) -> None:
+    assert _replay(pairs) == []
+
+
+def test_r30_judged_after_every_message_each_change_of_subject_forks_once() -> None:
+    assert _replay(DATABASE, TRIP) == [len(DATABASE)]
+    assert _replay(DECISIONS, SOURDOUGH) == [len(DECISIONS)]
+    assert _replay(BOOKING, TAXI) == [len(BOOKING)]
+    assert _replay(DECISIONS, SOURDOUGH, TRIP) == [len(DECISIONS), len(DECISIONS + SOURDOUGH)]
 
 
 def test_r30_tool_messages_never_start_the_new_subject() -> None:
@@ -212,8 +282,36 @@ def test_r30_earlier_messages_count_as_the_topic() -> None:
 
 
 def test_drift_thresholds_can_be_passed_in() -> None:
-    strict = LocalProvider(drift_thresholds=DriftThresholds(max_topic_similarity=-1.0))
-    assert _drift(DATABASE + TRIP, provider=strict)["drift"] is False
+    assert _drift(DATABASE + TRIP)["drift"] is True
+    strict = DriftThresholds(max_cue_similarity=-1.0, max_block_similarity=-1.0)
+    assert (
+        _drift(DATABASE + TRIP, provider=LocalProvider(drift_thresholds=strict))["drift"] is False
+    )
+
+
+def test_pk_and_window_diff_match_hand_computed_values() -> None:
+    # Reference [3, 3]: labels 000111. Hypothesis [3, 1, 2]: labels 000122 (an extra
+    # boundary). k = round(6 / 2 / 2) = round(1.5) = 2 (half to even), probes i = 0..3:
+    #   same segment at (i, i+2)?  ref: yes no no yes   hyp: yes no no no   -> Pk = 1/4
+    #   boundaries in (i, i+2]:    ref: 0   1  1  0     hyp: 0   1  2  1    -> WD = 2/4
+    assert window_size([3, 3]) == 2
+    assert pk([3, 1, 2], [3, 3]) == 0.25
+    assert window_diff([3, 1, 2], [3, 3]) == 0.5
+    # No boundary against [2, 2] (k = 2): both probes (0, 2) and (1, 3) cross the
+    # reference boundary, the hypothesis says "same segment" to both.
+    assert pk([4], [2, 2]) == 1.0
+    assert window_diff([4], [2, 2]) == 1.0
+    assert pk([3, 3], [3, 3]) == window_diff([3, 3], [3, 3]) == 0.0
+    assert pk([2, 3], [3, 2]) == pytest.approx(2 / 3)  # probes 0 and 2 of 3 disagree
+
+
+def test_window_size_is_half_the_mean_reference_segment_at_least_two() -> None:
+    assert window_size([7, 7]) == 4  # 3.5 rounds to even
+    assert window_size([5, 5]) == 2  # 2.5 rounds to even
+    assert window_size([6, 6, 7]) == 3  # 19 / 3 / 2 = 3.17
+    assert window_size([1, 1]) == 2  # never below 2
+    assert masses([3, 5], 8) == [3, 2, 3]
+    assert masses([], 4) == [4]
 
 
 @pytest.mark.parametrize(
