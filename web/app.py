@@ -20,9 +20,11 @@ from web.errors import install_error_handlers, validation_error_response
 from web.runtime import WebRuntime
 from web.views import (
     agents,
+    console,
     context,
     curation,
     health,
+    live,
     memory,
     sessions,
     tools,
@@ -70,6 +72,7 @@ def create_app(
         queue=queue,
         # Short timeouts: a Redis outage must degrade requests (R29), not hang them.
         redis=redis.Redis.from_url(endpoints.redis_url, socket_connect_timeout=1, socket_timeout=2),
+        redis_url=endpoints.redis_url,
     )
 
     install_auth(app)
@@ -85,9 +88,11 @@ def create_app(
         memory.bp,
         context.bp,
         triggers.bp,
+        live.bp,
     )
     for blueprint in blueprints:
         app.register_api(blueprint)
+    app.register_blueprint(console.bp)
     # Served by hand: flask-openapi3 mounts its JSON only together with its doc UIs.
     app.add_url_rule("/agents-api/openapi.json", "openapi", lambda: jsonify(app.api_doc))
     return app

@@ -21,6 +21,7 @@ class WebRuntime:
     session_factory: sessionmaker[Session]
     queue: JobQueue
     redis: redis.Redis
+    redis_url: str
 
 
 def runtime() -> WebRuntime:

@@ -124,6 +124,7 @@ class TopicOut(CamelModel):
     created_at: datetime
     closed_at: datetime | None
     summarized_at: datetime | None
+    memory_state_set_by: Literal["user", "agent", "summarizer"] | None
 
 
 class SessionOut(CamelModel):
@@ -348,3 +349,36 @@ class EvaluateIn(Body):
 
 class EvaluateOut(CamelModel):
     status: Literal["scheduled", "coalesced", "suppressed", "dropped"]
+
+
+# --- console support ([5/6]) --------------------------------------------------------
+
+
+class ScopeOut(CamelModel):
+    agent_id: str
+    user_id: str
+    sessions: int
+    last_activity_at: datetime
+
+
+class ScopesOut(CamelModel):
+    scopes: list[ScopeOut]
+
+
+class SessionsOut(CamelModel):
+    sessions: list[SessionOut]
+
+
+class ActiveNotesOut(CamelModel):
+    content: str
+    updated_at: datetime
+
+
+class ArchivedNotesOut(CamelModel):
+    content: str
+    archived_at: datetime | None
+
+
+class TopicNotesOut(CamelModel):
+    active: ActiveNotesOut | None
+    archived: list[ArchivedNotesOut]

@@ -11,6 +11,7 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import OperationalError
 
 from shared.evaluations.pipeline import evaluate_topic as evaluate
+from shared.live import publish
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
 from shared.queue import (
@@ -50,6 +51,8 @@ def summarize_topic(self: Task, topic_id: str, trigger: str = "topic_closed") ->
         topic_id=uuid.UUID(topic_id),
         trigger=trigger,
     )
+    if outcome.session_id is not None:
+        publish(context_of(self.app).redis, outcome.session_id, "summary", topic_id)
     log.info("summarize_topic %s: %s", topic_id, outcome.outcome)
     return outcome.outcome
 
@@ -100,6 +103,9 @@ def evaluate_topic(self: Task, topic_id: str, trigger: str) -> str:
             )
         except RedisError:
             log.warning("could not arm the hasEvaluated guard of topic %s", topic_id)
+    if outcome.session_id is not None:
+        kind = "fork" if outcome.outcome == "fork" else "evaluation"
+        publish(context.redis, outcome.session_id, kind, outcome.active_topic_id)
     log.info("evaluate_topic %s (%s): %s", topic_id, trigger, outcome.outcome)
     return outcome.outcome
 

@@ -55,6 +55,7 @@ def record_change(
     topic.keep_in_memory_manually_set = new.keep_manually_set
     topic.deprecated = new.deprecated
     topic.deprecated_manually_set = new.deprecated_manually_set
+    topic.memory_state_set_by = actor
     uow.session.add(
         MemoryChange(
             topic_id=topic.id,

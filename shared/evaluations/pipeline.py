@@ -46,6 +46,7 @@ class EvaluationOutcome:
     outcome: str  # fork | refresh | fallback | skipped
     active_topic_id: uuid.UUID | None = None  # after a fork: the new topic
     last_message_id: int | None = None  # what the evaluation saw (the hasEvaluated guard)
+    session_id: uuid.UUID | None = None  # set when something was written
 
 
 def _drift_request(*, uow: UnitOfWork, topic: Topic, scan_back: int) -> DriftRequest:
@@ -166,7 +167,9 @@ def evaluate_topic(
                 uow=uow, topic=topic, scope=scope, snapshot=snapshot,
                 completion=summary_completion, error=error,
             )  # fmt: skip
-            outcome = EvaluationOutcome(topic_id, refresh, topic_id, snapshot.last_message_id)
+            outcome = EvaluationOutcome(
+                topic_id, refresh, topic_id, snapshot.last_message_id, topic.session_id
+            )
         record_evaluation(
             uow=uow, topic_id=topic_id, trigger=trigger, outcome=outcome.outcome,
             completions=completions, llm_calls=2, error=error, started_at=started_at,

@@ -75,3 +75,21 @@ def active_notes_text(*, uow: UnitOfWork, topic_id: uuid.UUID) -> str | None:
             NotesDocument.topic_id == topic_id, NotesDocument.status == "active"
         )
     )
+
+
+@dataclass(frozen=True)
+class TopicNotes:
+    active: NotesDocument | None
+    archived: list[NotesDocument]
+
+
+def topic_notes(*, uow: UnitOfWork, topic_id: uuid.UUID) -> TopicNotes:
+    """All notes documents of a topic: the active one and the archived, newest first."""
+    documents = uow.session.scalars(
+        select(NotesDocument)
+        .where(NotesDocument.topic_id == topic_id)
+        .order_by(NotesDocument.created_at.desc())
+        .limit(50)
+    ).all()
+    active = next((d for d in documents if d.status == "active"), None)
+    return TopicNotes(active=active, archived=[d for d in documents if d.status == "archived"])

@@ -35,7 +35,10 @@ class ChatSession(Base):
     org_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("orgs.id", ondelete="CASCADE"))
     agent_id: Mapped[str] = mapped_column(String(200))
     user_id: Mapped[str] = mapped_column(String(200))
-    created_at: Mapped[datetime] = created_at_column()
+    # clock_timestamp, not now(): sessions opened in one transaction still order by creation.
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.clock_timestamp()
+    )
     last_activity_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now()
     )

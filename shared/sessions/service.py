@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import func, select, update
 
@@ -169,3 +170,58 @@ def list_messages(
     if after_id is not None:
         query = query.where(Message.id > after_id)
     return uow.session.scalars(query.order_by(Message.id).limit(limit)).all()
+
+
+@dataclass(frozen=True)
+class ScopeSummary:
+    agent_id: str
+    user_id: str
+    sessions: int
+    last_activity_at: datetime
+
+
+MAX_LISTED = 100
+
+
+def list_scopes(*, uow: UnitOfWork, org_id: uuid.UUID) -> list[ScopeSummary]:
+    """The org's agent + user pairs, most recently active first (for the console)."""
+    rows = uow.session.execute(
+        select(
+            ChatSession.agent_id,
+            ChatSession.user_id,
+            func.count(ChatSession.id),
+            func.max(ChatSession.last_activity_at).label("last"),
+        )
+        .where(ChatSession.org_id == org_id)
+        .group_by(ChatSession.agent_id, ChatSession.user_id)
+        .order_by(func.max(ChatSession.last_activity_at).desc())
+        .limit(MAX_LISTED * 2)
+    ).all()
+    return [ScopeSummary(a, u, n, last) for a, u, n, last in rows]
+
+
+def list_sessions(
+    *, uow: UnitOfWork, org_id: uuid.UUID, agent_id: str, user_id: str
+) -> list[SessionView]:
+    """A scope's sessions, newest first, each with its active topic only."""
+    sessions = uow.session.scalars(
+        select(ChatSession)
+        .where(
+            ChatSession.org_id == org_id,
+            ChatSession.agent_id == agent_id,
+            ChatSession.user_id == user_id,
+        )
+        .order_by(ChatSession.created_at.desc(), ChatSession.id)
+        .limit(MAX_LISTED)
+    ).all()
+    active = {
+        t.session_id: t
+        for t in uow.session.scalars(
+            select(Topic).where(
+                Topic.session_id.in_([s.id for s in sessions]), Topic.status == "active"
+            )
+        )
+    }
+    return [
+        SessionView(session=s, topics=[active[s.id]] if s.id in active else []) for s in sessions
+    ]

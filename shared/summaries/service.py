@@ -39,6 +39,7 @@ class SummaryOutcome:
     topic_id: uuid.UUID
     outcome: str  # refresh | fallback | skipped
     keep_in_memory: bool | None = None
+    session_id: uuid.UUID | None = None  # set when something was written
 
 
 def is_summary_current(topic: Topic) -> bool:
@@ -219,6 +220,6 @@ def summarize_topic(
             uow=uow, topic_id=topic_id, trigger=trigger, outcome=outcome,
             completions=[completion], llm_calls=1, error=error, started_at=started_at,
         )  # fmt: skip
-        keep = topic.keep_in_memory
+        keep, session_id = topic.keep_in_memory, topic.session_id
         uow.commit()
-    return SummaryOutcome(topic_id, outcome, keep)
+    return SummaryOutcome(topic_id, outcome, keep, session_id)

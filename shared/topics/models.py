@@ -53,6 +53,8 @@ class Topic(Base):
     keep_in_memory_manually_set: Mapped[bool] = mapped_column(default=False)
     deprecated: Mapped[bool] = mapped_column(default=False)
     deprecated_manually_set: Mapped[bool] = mapped_column(default=False)
+    # Who moved the memory state last (user, agent, summarizer): shown beside the toggle.
+    memory_state_set_by: Mapped[str | None] = mapped_column(String(16))
     # Counters kept in the transaction that inserts a message, so nothing counts rows.
     message_count: Mapped[int] = mapped_column(default=0)  # user + assistant (R12, R26)
     tool_message_count: Mapped[int] = mapped_column(default=0)

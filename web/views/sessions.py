@@ -13,9 +13,13 @@ from web.schemas import (
     MessageOut,
     MessageQuery,
     PostedMessageOut,
+    ScopeOut,
+    ScopeQuery,
+    ScopesOut,
     SessionIn,
     SessionOut,
     SessionPath,
+    SessionsOut,
     SessionWithTopicsOut,
     TopicIn,
     TopicOut,
@@ -47,6 +51,24 @@ def create(body: SessionIn) -> tuple[dict[str, Any], int]:
         )
         uow.commit()
     return dump(SessionOut(**_session_fields(view))), 201
+
+
+@bp.get("/scopes", responses={200: ScopesOut})
+def scopes() -> dict[str, Any]:
+    """The org's agent + user pairs that have sessions, most recently active first."""
+    with unit_of_work() as uow:
+        found = service.list_scopes(uow=uow, org_id=current_org())
+    return dump(ScopesOut(scopes=[ScopeOut.model_validate(s) for s in found]))
+
+
+@bp.get("/sessions", responses={200: SessionsOut})
+def list_sessions(query: ScopeQuery) -> dict[str, Any]:
+    """A scope's sessions, newest first (at most 100)."""
+    with unit_of_work() as uow:
+        views = service.list_sessions(
+            uow=uow, org_id=current_org(), agent_id=query.agent_id, user_id=query.user_id
+        )
+    return dump(SessionsOut(sessions=[SessionOut(**_session_fields(v)) for v in views]))
 
 
 @bp.get("/sessions/<sid>", responses={200: SessionWithTopicsOut})

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from shared.notes.service import topic_notes
 from shared.topics.service import get_topic
 from web.auth import current_org
 from web.runtime import unit_of_work
-from web.schemas import TopicOut, TopicPath, dump
+from web.schemas import TopicNotesOut, TopicOut, TopicPath, dump
 from web.views.common import api_blueprint
 
 bp = api_blueprint("topics", "topics")
@@ -17,3 +18,12 @@ def get(path: TopicPath) -> dict[str, Any]:
     with unit_of_work() as uow:
         topic = get_topic(uow=uow, org_id=current_org(), topic_id=path.tid)
     return dump(TopicOut.model_validate(topic))
+
+
+@bp.get("/topics/<tid>/notes", responses={200: TopicNotesOut})
+def notes(path: TopicPath) -> dict[str, Any]:
+    """The topic's notes: the active document and the archived ones, newest first."""
+    with unit_of_work() as uow:
+        topic = get_topic(uow=uow, org_id=current_org(), topic_id=path.tid)
+        found = topic_notes(uow=uow, topic_id=topic.id)
+    return dump(TopicNotesOut.model_validate(found))

@@ -1,0 +1,24 @@
+"""The console: one static page (web/console/) for every /console route; it signs in
+with an API key in the browser and talks to /agents-api like any other client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flask import Blueprint, Response, send_from_directory
+
+CONSOLE_DIR = Path(__file__).resolve().parent.parent / "console"
+
+bp = Blueprint(
+    "console", __name__, static_folder=str(CONSOLE_DIR), static_url_path="/console/static"
+)
+
+
+@bp.get("/console")
+@bp.get("/console/")
+@bp.get("/console/sessions/<sid>")
+def page(sid: str | None = None) -> Response:
+    """index.html: the page routes itself (deep links open their session after sign-in)."""
+    response = send_from_directory(CONSOLE_DIR, "index.html")
+    response.headers["Cache-Control"] = "no-cache"
+    return response
