@@ -41,6 +41,7 @@ from shared.config import load_settings
 from shared.drift.rules import build_drift_request, parse_drift_answer
 from shared.llm.base import LLM, LLMError, SummaryRequest, TranscriptLine
 from shared.llm.factory import make_llm
+from shared.summaries.rules import parse_summary_answer
 
 # --- metrics (the definitions of the `segeval` package) --------------------------------
 
@@ -120,15 +121,10 @@ class Segmented:
 def _refresh(llm: LLM, topic: Sequence[TranscriptLine]) -> tuple[str, str] | None:
     """The topic's new (title, summary), or None to keep the old ones (R30)."""
     try:
-        answer = json.loads(llm.summarize(SummaryRequest(lines=list(topic))).text)
-    except (LLMError, ValueError):
+        parsed = parse_summary_answer(llm.summarize(SummaryRequest(lines=list(topic))).text)
+    except LLMError:
         return None
-    if not isinstance(answer, dict):
-        return None
-    title, summary = answer.get("title"), answer.get("summary")
-    if not isinstance(title, str) or not isinstance(summary, str):
-        return None
-    return title, summary
+    return (parsed.title, parsed.summary) if parsed else None
 
 
 def segment(llm: LLM, utterances: Sequence[str], *, interval: int, scan_back: int) -> Segmented:
