@@ -17,6 +17,7 @@ from shared.runtime import resolve_endpoints
 from web.auth import install_auth
 from web.body import install_body_checks
 from web.errors import install_error_handlers, validation_error_response
+from web.metrics import CountingQueue, install_metrics
 from web.runtime import WebRuntime
 from web.views import (
     agents,
@@ -69,12 +70,13 @@ def create_app(
         settings=settings,
         engine=engine,
         session_factory=session_factory or make_session_factory(engine),
-        queue=queue,
+        queue=CountingQueue(queue),
         # Short timeouts: a Redis outage must degrade requests (R29), not hang them.
         redis=redis.Redis.from_url(endpoints.redis_url, socket_connect_timeout=1, socket_timeout=2),
         redis_url=endpoints.redis_url,
     )
 
+    install_metrics(app)  # first: it times everything, rejected requests included
     install_auth(app)
     install_body_checks(app)
     install_error_handlers(app)

@@ -42,7 +42,21 @@ def test_openapi_documents_every_route(app: Any, client: FlaskClient) -> None:
         (method, rule.rule.replace("<", "{").replace(">", "}"))
         for rule in app.url_map.iter_rules()
         for method in rule.methods - {"HEAD", "OPTIONS"}
-        if rule.endpoint not in {"static", "openapi"} and not rule.endpoint.startswith("console.")
+        if rule.endpoint not in {"static", "openapi", "metrics"}
+        and not rule.endpoint.startswith("console.")
     }
     assert served and served <= documented
     assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+
+
+def test_metrics_are_prometheus_text_and_count_requests(
+    client: FlaskClient, auth: dict[str, str]
+) -> None:
+    client.get("/healthz")
+    client.get("/agents-api/sessions/not-a-uuid", headers=auth)
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.mimetype == "text/plain"
+    body = response.data.decode()
+    assert 'driftless_http_requests_total{route="/healthz",status="200"}' in body
+    assert 'route="/agents-api/sessions/<sid>",status="422"' in body

@@ -1,0 +1,81 @@
+"""Prometheus metrics of the web process (`GET /metrics`, no key: scrapers carry none).
+
+Under gunicorn with several workers, set PROMETHEUS_MULTIPROC_DIR to a shared empty
+directory so a scrape sums every worker process (prometheus-client's multiprocess mode);
+without it each process reports its own counts.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from flask import Flask, Response, g, request
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+from shared.queue import Job, JobQueue
+
+REQUESTS = Counter(
+    "driftless_http_requests_total", "HTTP requests by route and status", ["route", "status"]
+)
+LATENCY = Histogram("driftless_http_request_seconds", "HTTP request latency by route", ["route"])
+JOBS_ENQUEUED = Counter(
+    "driftless_jobs_enqueued_total", "Jobs handed to the broker by the web, by task", ["task"]
+)
+JOBS_LOST = Counter(
+    "driftless_jobs_send_failed_total", "Jobs the broker refused (the reconciler retries)", ["task"]
+)
+EXIT_TRIGGERS = Counter(
+    "driftless_exit_triggers_total", "Exit triggers by trigger and answer", ["trigger", "status"]
+)
+
+
+class CountingQueue:
+    """A JobQueue that counts what it sends and what fails to send."""
+
+    def __init__(self, inner: JobQueue) -> None:
+        self._inner = inner
+
+    def send(self, job: Job) -> None:
+        try:
+            self._inner.send(job)
+        except Exception:
+            JOBS_LOST.labels(job.task).inc()
+            raise
+        JOBS_ENQUEUED.labels(job.task).inc()
+
+
+def _exposition() -> bytes:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry)
+    return generate_latest()
+
+
+def install_metrics(app: Flask) -> None:
+    @app.before_request
+    def _start_timer() -> None:
+        g.metrics_started = time.perf_counter()
+
+    @app.after_request
+    def _observe(response: Response) -> Response:
+        route = request.url_rule.rule if request.url_rule else "unmatched"
+        REQUESTS.labels(route, str(response.status_code)).inc()
+        started = g.get("metrics_started")
+        if started is not None:
+            LATENCY.labels(route).observe(time.perf_counter() - started)
+        return response
+
+    app.add_url_rule(
+        "/metrics",
+        "metrics",
+        lambda: Response(_exposition(), mimetype=CONTENT_TYPE_LATEST),
+    )
