@@ -155,7 +155,9 @@ def evaluate_topic(
                 completion=summary_completion, error=error,
             )  # fmt: skip
             record_fork(uow=uow, forked=forked, first_message_id=decision.first_message_id)
-            outcome = EvaluationOutcome(topic_id, "fork", forked.new.id, forked.new.last_message_id)
+            outcome = EvaluationOutcome(
+                topic_id, "fork", forked.new.id, forked.new.last_message_id, forked.new.session_id
+            )
         else:
             locked = lock_topic(uow=uow, topic_id=topic_id)
             if locked is None:

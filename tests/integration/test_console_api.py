@@ -95,3 +95,4 @@ def test_the_console_page_is_served_for_its_routes(client: FlaskClient) -> None:
         assert response.status_code == 200
         assert response.mimetype == "text/html"
         assert b"/console/static/console.js" in response.data
+        response.close()  # send_from_directory streams the file

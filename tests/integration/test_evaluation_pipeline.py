@@ -249,3 +249,12 @@ def test_r5_topics_come_from_the_user_and_from_forks(
     client.post(f"/agents-api/sessions/{chat['id']}/topics", json={"title": "Taxes"}, headers=auth)
     titles = [t["title"] for t in session_body(client, auth, chat["id"])["topics"]]
     assert titles == ["Billing stack", "Dolomites hike", "Taxes"]
+
+
+def test_r6_a_fork_reports_its_session_for_live_updates(
+    chat: dict[str, Any], evaluate: Any, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.queue(drift_at(chat["ids"][6]), json.dumps(SUMMARY))
+    outcome = evaluate(chat["activeTopicId"])
+    assert outcome.outcome == "fork"
+    assert str(outcome.session_id) == chat["id"]  # the worker publishes the fork to it

@@ -1,0 +1,233 @@
+"""The console in a real browser, against the live web server and a real worker.
+
+Hooks (CONTRACT, Console): the sign-in input `name="api-key"`, topic rows
+`data-topic-id`, the active row `data-active="true"`, the toggle `<button
+data-memory-state>`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import Api, LiveServer
+from tests.helpers import wait_for
+
+pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+from playwright.sync_api import Page, expect
+
+BILLING = [
+    ("user", "Let's settle the stack for the billing service before Friday."),
+    ("assistant", "Sure. Options: PostgreSQL or MongoDB for storage, Celery or cron for jobs."),
+    ("user", "We decided to use PostgreSQL; invoices need transactions and joins."),
+    ("assistant", "Agreed. PostgreSQL it is, with Alembic for migrations."),
+    ("user", "I prefer Celery with Redis for the retries. Never run cron on the web hosts."),
+    ("assistant", "Noted: Celery on Redis for retries, no cron on web hosts. Deadline Friday."),
+]
+HIKE = [
+    ("user", "Unrelated, but I'm planning a hike in the Dolomites in July."),
+    ("assistant", "Nice! Which trail are you considering for the Dolomites?"),
+    ("user", "The Alta Via 1 trail, hut to hut, about ten days of hiking."),
+    ("assistant", "Book the mountain huts early; July hiking season fills them fast."),
+]
+
+
+def _new_session(api: Api, agent: str = "planner", user: str = "ada") -> dict[str, Any]:
+    session: dict[str, Any] = api("POST", "/sessions", {"agentId": agent, "userId": user})
+    return session
+
+
+def _talk(api: Api, sid: str, messages: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    return [
+        api("POST", f"/sessions/{sid}/messages", {"role": role, "content": content})
+        for role, content in messages
+    ]
+
+
+def _sign_in(page: Page, base_url: str, key: str, path: str = "/console") -> None:
+    page.goto(base_url + path)
+    field = page.locator('input[name="api-key"]')
+    expect(field).to_be_visible()
+    field.fill(key)
+    field.press("Enter")
+    expect(page.locator("#sign-out")).to_be_visible()
+    expect(page.locator("#signin")).to_be_hidden()
+
+
+def _open_session(page: Page, base_url: str, key: str, sid: str) -> None:
+    """Deep link, sign in, and wait until the live connection is up."""
+    _sign_in(page, base_url, key, f"/console/sessions/{sid}")
+    expect(page.locator("[data-topic-id]").first).to_be_visible()
+    expect(page.locator(".live")).to_have_attribute("data-live", "live")
+
+
+def test_sign_in_with_the_api_key_by_pressing_enter(
+    page: Page, live_server: LiveServer, console_key: str, api: Api, js_errors: list[str]
+) -> None:
+    session = _new_session(api)
+    page.goto(f"{live_server.url}/console")
+    field = page.locator('input[name="api-key"]')
+
+    field.fill("not-a-key")
+    field.press("Enter")
+    expect(page.locator("#signin-error")).to_contain_text("unknown or revoked API key")
+    expect(page.locator("#sign-out")).to_be_hidden()
+
+    field.fill(console_key)
+    field.press("Enter")
+    expect(page.locator("#signin")).to_be_hidden()
+    expect(page.locator("#sign-out")).to_be_visible()
+    scope = page.get_by_role("link", name="planner / ada")
+    expect(scope).to_contain_text("1 session")
+    assert page.evaluate("sessionStorage.getItem('driftless.apiKey')") == console_key
+
+    scope.click()  # in-app navigation (History API): the scope's sessions
+    expect(page).to_have_url(f"{live_server.url}/console?agentId=planner&userId=ada")
+    page.locator(f'[data-session-id="{session["id"]}"]').click()
+    expect(page).to_have_url(f"{live_server.url}/console/sessions/{session['id']}")
+    expect(page.locator(f'[data-topic-id="{session["activeTopicId"]}"]')).to_have_attribute(
+        "data-active", "true"
+    )
+    assert js_errors == []
+
+
+def test_the_brain_toggle_cycles_none_promoted_deprecated_none(
+    page: Page, live_server: LiveServer, console_key: str, api: Api, js_errors: list[str]
+) -> None:
+    session = _new_session(api)
+    tid = session["activeTopicId"]
+    _open_session(page, live_server.url, console_key, session["id"])
+    toggle = page.locator(f'[data-topic-id="{tid}"] button[data-memory-state]')
+    expect(toggle).to_have_attribute("data-memory-state", "none")
+    expect(toggle).to_have_attribute("aria-label", "Memory: none. Activate to change.")
+
+    for step, state in enumerate(("promoted", "deprecated", "none")):
+        if step == 2:  # by keyboard: the toggle is a focusable button
+            toggle.focus()
+            page.keyboard.press("Enter")
+        else:
+            toggle.click()
+        expect(toggle).to_have_attribute("data-memory-state", state)
+        expect(toggle).to_have_attribute(
+            "aria-label", f"Memory: {state} (set by user). Activate to change."
+        )
+        topic = api("GET", f"/topics/{tid}")
+        assert (topic["memoryState"], topic["memoryStateSetBy"]) == (state, "user")
+    expect(toggle).to_be_focused()  # re-rendering keeps the keyboard user's place
+    assert js_errors == []
+
+
+def test_a_fork_by_the_worker_shows_up_live(
+    page: Page, live_server: LiveServer, console_key: str, api: Api, js_errors: list[str]
+) -> None:
+    session = _new_session(api)
+    sid, billing = session["id"], session["activeTopicId"]
+    _open_session(page, live_server.url, console_key, sid)
+    page.evaluate("window.__sameDocument = true")
+
+    posted = _talk(api, sid, BILLING + HIKE)
+    assert posted[-1]["driftEvaluationEnqueued"]  # the 10th message's heartbeat (R26)
+
+    rows = page.locator("[data-topic-id]")
+    expect(rows).to_have_count(2)
+    new_row = page.locator(f'[data-topic-id]:not([data-topic-id="{billing}"])')
+    expect(new_row).to_have_attribute("data-active", "true")
+    expect(page.locator(f'[data-topic-id="{billing}"]')).not_to_have_attribute(
+        "data-active", "true"
+    )
+    # The thread follows the new active topic: the hike moved there.
+    expect(page.locator(".messages")).to_contain_text("Dolomites")
+    assert page.evaluate("window.__sameDocument") is True  # no reload happened
+    assert api("GET", f"/sessions/{sid}")["activeTopicId"] == new_row.get_attribute("data-topic-id")
+    assert js_errors == []
+
+
+def test_hiding_then_leaving_the_page_runs_one_evaluation(
+    page: Page, live_server: LiveServer, console_key: str, api: Api
+) -> None:
+    session = _new_session(api)
+    sid, tid = session["id"], session["activeTopicId"]
+    _talk(api, sid, [("user", "Remember: invoices are in EUR.")])  # not "unchanged"
+    _open_session(page, live_server.url, console_key, sid)
+
+    page.evaluate(
+        """() => {
+            const hidden = (name, value) =>
+                Object.defineProperty(document, name, {value, configurable: true});
+            hidden("visibilityState", "hidden");
+            hidden("hidden", true);
+            document.dispatchEvent(new Event("visibilitychange"));
+        }"""
+    )
+    page.goto(f"{live_server.url}/console")  # leave the session view: pagehide
+    expect(page.locator("#scopes-heading")).to_be_visible()
+    triggers = live_server.trigger_log.triggers
+    wait_for(
+        lambda: sorted(map(str, triggers(sid))) == ["navigation", "visibility"],
+        timeout=20,
+        what="both exit triggers at the server",
+    )
+
+    wait_for(
+        lambda: api("GET", f"/topics/{tid}/evaluations")["evaluations"],
+        timeout=20,
+        what="the evaluation",
+    )
+    time.sleep(3.5)  # > the 2000 ms debounce: a second run would have started by now
+    evaluations = api("GET", f"/topics/{tid}/evaluations")["evaluations"]
+    assert len(evaluations) == 1, evaluations
+    assert evaluations[0]["trigger"] == "visibility"  # the burst's first trigger
+
+
+def test_screenshot_of_the_session_view(
+    page: Page,
+    live_server: LiveServer,
+    console_key: str,
+    api: Api,
+    artifacts: Path,
+    js_errors: list[str],
+) -> None:
+    api(
+        "PUT",
+        "/agents/planner",
+        {"soul": "You are Planner: terse, exact, and you remember decisions.", "skills": []},
+    )
+    session = _new_session(api)
+    sid, billing = session["id"], session["activeTopicId"]
+    api("PUT", "/facts?agentId=planner&userId=ada", {"timezone": "Europe/Rome"})
+    _talk(api, sid, BILLING[:4])
+    api(
+        "POST",
+        f"/sessions/{sid}/tools/notes",
+        {"arguments": {"op": "$set", "content": "Stack: PostgreSQL + Alembic. Ship Friday."}},
+    )
+    api(
+        "POST",
+        f"/sessions/{sid}/tools/important_info",
+        {"arguments": {"op": "$set", "key": "billing_deadline", "value": "Friday"}},
+    )
+    _talk(api, sid, BILLING[4:] + HIKE)
+    wait_for(lambda: len(api("GET", f"/sessions/{sid}")["topics"]) == 2, what="the fork")
+
+    _open_session(page, live_server.url, console_key, sid)
+    expect(page.locator("[data-topic-id]")).to_have_count(2)
+    page.locator(f'[data-topic-id="{billing}"] .topic-open').click()  # the forked-from topic
+    expect(page.locator(".msg-tool").first).to_be_visible()
+    expect(page.locator(".summary")).to_be_visible()  # summarized by the worker
+    expect(page.locator(".evals li").first).to_contain_text("fork")
+    page.locator(".layer-stable summary").click()
+    shot = artifacts / "console-session.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+
+    page.set_viewport_size({"width": 360, "height": 800})  # readable on a phone
+    expect(page.locator(f'[data-topic-id="{billing}"] button[data-memory-state]')).to_be_visible()
+    overflow = page.evaluate(
+        "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+    )
+    assert overflow <= 0, f"{overflow}px of horizontal scroll at 360px"
+    page.screenshot(path=str(artifacts / "console-session-360.png"), full_page=True)
+    assert js_errors == []
