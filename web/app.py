@@ -24,6 +24,7 @@ from web.views import (
     console,
     context,
     curation,
+    erasure,
     health,
     live,
     memory,
@@ -91,6 +92,7 @@ def create_app(
         context.bp,
         triggers.bp,
         live.bp,
+        erasure.bp,
     )
     for blueprint in blueprints:
         app.register_api(blueprint)

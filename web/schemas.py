@@ -382,3 +382,12 @@ class ArchivedNotesOut(CamelModel):
 class TopicNotesOut(CamelModel):
     active: ActiveNotesOut | None
     archived: list[ArchivedNotesOut]
+
+
+class UserPath(BaseModel):
+    agent_id: ScopeId
+    user_id: ScopeId
+
+
+class ErasedOut(CamelModel):
+    erased: dict[str, int]

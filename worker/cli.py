@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import sys
 import time
 from typing import Any
 
 import click
+from sqlalchemy import select
 
 from shared.auth.service import create_api_key
 from shared.config import load_settings_or_exit
@@ -123,3 +125,34 @@ def reevaluate(
                 sent += 1
                 bar.update(1)
     click.echo(f"enqueued {sent} re-evaluations")
+
+
+@main.command()
+@click.option("--org", required=True, help="The org's name.")
+@click.option("--agent", "agent_id", required=True)
+@click.option("--user", "user_id", required=True)
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def erase(org: str, agent_id: str, user_id: str, yes: bool) -> None:
+    """Erase everything held about USER of AGENT in ORG, and print what went."""
+    import redis
+
+    from shared.auth.models import Org
+    from shared.erasure.service import erase_user, forget_in_redis
+    from shared.memory.scope import Scope
+    from shared.runtime import redis_url_of
+
+    settings = load_settings_or_exit()
+    if not yes:
+        click.confirm(f"Erase user {user_id!r} of agent {agent_id!r} in org {org!r}?", abort=True)
+    engine = make_engine(database_url_of(settings), pool_size=1, max_overflow=0)
+    with UnitOfWork(make_session_factory(engine), RecordingQueue()) as uow:
+        org_id = uow.session.scalar(select(Org.id).where(Org.name == org))
+        if org_id is None:
+            raise click.ClickException(f"no org named {org!r}")
+        scope = Scope(org_id=org_id, agent_id=agent_id, user_id=user_id)
+        erased = erase_user(uow=uow, scope=scope)
+        uow.commit()
+    erased.counts["redisKeys"] = forget_in_redis(
+        redis.Redis.from_url(redis_url_of(settings)), scope, erased
+    )
+    click.echo(json.dumps(erased.counts, sort_keys=True))

@@ -31,3 +31,7 @@ def get_working_memory(client: redis.Redis, session_id: uuid.UUID) -> dict[str, 
         return None
     document: dict[str, Any] = json.loads(raw)
     return document
+
+
+def forget_working_memory(client: redis.Redis, session_id: uuid.UUID) -> int:
+    return int(client.delete(_key(session_id)))

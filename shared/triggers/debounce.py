@@ -118,3 +118,8 @@ class Debouncer:
     def mark_evaluated(self, topic_id: uuid.UUID, *, last_message_id: int | None) -> None:
         """R28: suppress exit triggers until a message newer than this one arrives."""
         self._redis.set(_keys(topic_id)[1], str(last_message_id), ex=GUARD_TTL_S)
+
+
+def forget_topic(client: redis.Redis, topic_id: uuid.UUID) -> int:
+    """Delete a topic's debounce state and guard (user erasure)."""
+    return int(client.delete(*_keys(topic_id)))

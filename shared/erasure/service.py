@@ -1,0 +1,80 @@
+"""One call removes an org + agent + user: sessions, topics, messages, notes, forks,
+evaluations and curation audit rows (all cascade from the sessions), durable facts, and
+afterwards the Redis state keyed by them. Audit rows go too: they hold titles and who
+decided what about this user's conversations, which is the user's data."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import InstrumentedAttribute
+
+from shared.context.working_memory import forget_working_memory
+from shared.curation.models import MemoryChange
+from shared.db.uow import UnitOfWork
+from shared.evaluations.models import Evaluation
+from shared.facts.models import FactsDocument
+from shared.memory.cache import MemoryCache
+from shared.memory.scope import Scope
+from shared.notes.models import NotesDocument
+from shared.sessions.models import ChatSession, Message
+from shared.topics.forks import Fork
+from shared.topics.models import Topic
+from shared.triggers.debounce import forget_topic
+
+
+@dataclass(frozen=True)
+class Erased:
+    counts: dict[str, int]
+    session_ids: list[uuid.UUID] = field(default_factory=list)
+    topic_ids: list[uuid.UUID] = field(default_factory=list)
+
+
+def erase_user(*, uow: UnitOfWork, scope: Scope) -> Erased:
+    """Delete the scope's rows (the caller commits, then calls `forget_in_redis`)."""
+    session_ids = list(
+        uow.session.scalars(
+            select(ChatSession.id).where(
+                ChatSession.org_id == scope.org_id,
+                ChatSession.agent_id == scope.agent_id,
+                ChatSession.user_id == scope.user_id,
+            )
+        )
+    )
+    topic_ids = list(uow.session.scalars(select(Topic.id).where(Topic.session_id.in_(session_ids))))
+
+    def count(column: InstrumentedAttribute[Any], ids: list[uuid.UUID]) -> int:
+        return int(uow.session.scalar(select(func.count()).where(column.in_(ids))) or 0)
+
+    counts = {
+        "sessions": len(session_ids),
+        "topics": len(topic_ids),
+        "messages": count(Message.session_id, session_ids),
+        "notes": count(NotesDocument.topic_id, topic_ids),
+        "evaluations": count(Evaluation.topic_id, topic_ids),
+        "memoryChanges": count(MemoryChange.topic_id, topic_ids),
+        "forks": count(Fork.session_id, session_ids),
+    }
+    facts = uow.session.execute(
+        delete(FactsDocument).where(
+            FactsDocument.org_id == scope.org_id,
+            FactsDocument.agent_id == scope.agent_id,
+            FactsDocument.user_id == scope.user_id,
+        )
+    )
+    counts["facts"] = int(facts.rowcount)  # type: ignore[attr-defined]
+    # Topics, messages, notes, forks, evaluations and audit rows cascade from the sessions.
+    uow.session.execute(delete(ChatSession).where(ChatSession.id.in_(session_ids)))
+    return Erased(counts=counts, session_ids=session_ids, topic_ids=topic_ids)
+
+
+def forget_in_redis(client: redis.Redis, scope: Scope, erased: Erased) -> int:
+    """Drop the memory cache, working memory and debounce state of what was erased."""
+    MemoryCache(client).invalidate(scope)
+    removed = sum(forget_working_memory(client, session_id) for session_id in erased.session_ids)
+    removed += sum(forget_topic(client, topic_id) for topic_id in erased.topic_ids)
+    return removed

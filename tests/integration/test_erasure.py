@@ -1,0 +1,112 @@
+"""User erasure: one call removes an org + agent + user everywhere, and nothing else."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import redis
+from click.testing import CliRunner
+from flask.testing import FlaskClient
+from sqlalchemy.orm import Session, sessionmaker
+
+from shared.context.working_memory import get_working_memory
+from shared.memory.cache import MemoryCache
+from shared.memory.scope import Scope
+from shared.triggers.debounce import _keys
+from tests.conftest import new_key
+from tests.helpers import new_session, post_message
+from worker.cli import main
+
+
+def _fill(client: FlaskClient, auth: dict[str, str], user: str) -> dict[str, Any]:
+    session = new_session(client, auth, agent="planner", user=user)
+    sid = session["id"]
+    post_message(client, auth, sid, f"{user} decided to use PostgreSQL")
+    client.post(
+        f"/agents-api/sessions/{sid}/tools/notes",
+        json={"arguments": {"op": "$set", "content": "note"}},
+        headers=auth,
+    )
+    client.put(
+        f"/agents-api/topics/{session['activeTopicId']}/memory",
+        json={"state": "promoted"},
+        headers=auth,
+    )
+    client.put(f"/agents-api/facts?agentId=planner&userId={user}", json={"tz": "CET"}, headers=auth)
+    client.put(f"/agents-api/sessions/{sid}/working-memory", json={"step": 1}, headers=auth)
+    client.post(f"/agents-api/sessions/{sid}/evaluate", json={"trigger": "manual"}, headers=auth)
+    client.get(f"/agents-api/memory?agentId=planner&userId={user}", headers=auth)  # cached
+    client.post(f"/agents-api/sessions/{sid}/topics", json={}, headers=auth)
+    return session
+
+
+def test_erasing_a_user_removes_their_rows_and_redis_state_and_nothing_else(
+    client: FlaskClient, auth: dict[str, str], redis_url: str
+) -> None:
+    ada, bob = _fill(client, auth, "ada"), _fill(client, auth, "bob")
+    response = client.delete("/agents-api/agents/planner/users/ada", headers=auth)
+    assert response.status_code == 200
+    erased: Any = response.json
+    assert erased["erased"] == {
+        "sessions": 1, "topics": 2, "messages": 3, "notes": 1, "evaluations": 0,
+        "memoryChanges": 1, "forks": 0, "facts": 1, "redisKeys": 2,
+    }  # fmt: skip
+    assert client.get(f"/agents-api/sessions/{ada['id']}", headers=auth).status_code == 404
+    assert client.get("/agents-api/facts?agentId=planner&userId=ada", headers=auth).json == {
+        "facts": {}
+    }
+    memory: Any = client.get("/agents-api/memory?agentId=planner&userId=ada", headers=auth).json
+    assert memory["entries"] == []
+    client_redis = redis.Redis.from_url(redis_url)
+    assert get_working_memory(client_redis, uuid.UUID(ada["id"])) is None
+    assert not client_redis.exists(*_keys(uuid.UUID(ada["activeTopicId"])))
+    # Bob, in the same org and agent, is untouched.
+    assert client.get(f"/agents-api/sessions/{bob['id']}", headers=auth).status_code == 200
+    bob_memory: Any = client.get("/agents-api/memory?agentId=planner&userId=bob", headers=auth).json
+    assert [e["topicId"] for e in bob_memory["entries"]] == [bob["activeTopicId"]]
+    again = client.delete("/agents-api/agents/planner/users/ada", headers=auth).json
+    assert again["erased"]["sessions"] == 0  # type: ignore[index]
+
+
+def test_another_org_cannot_erase_a_user(
+    client: FlaskClient, auth: dict[str, str], other_auth: dict[str, str]
+) -> None:
+    ada = _fill(client, auth, "ada")
+    erased: Any = client.delete("/agents-api/agents/planner/users/ada", headers=other_auth).json
+    assert erased["erased"]["sessions"] == 0
+    assert client.get(f"/agents-api/sessions/{ada['id']}", headers=auth).status_code == 200
+
+
+def test_erase_from_the_command_line(
+    settings: Any, committed_factory: sessionmaker[Session], database_url: str, redis_url: str
+) -> None:
+    from shared.auth.service import org_for_key
+    from shared.db.uow import UnitOfWork
+    from shared.queue import RecordingQueue
+    from web.app import create_app
+
+    key = new_key(committed_factory)
+    auth = {"Authorization": f"Bearer {key}"}
+    client = create_app(
+        settings, queue=RecordingQueue(), session_factory=committed_factory
+    ).test_client()
+    _fill(client, auth, "cli-user")
+    with UnitOfWork(committed_factory, RecordingQueue()) as uow:
+        org_id = org_for_key(uow=uow, key=key)
+        from shared.auth.models import Org
+
+        org_name = uow.session.get(Org, org_id).name  # type: ignore[union-attr]
+    result = CliRunner().invoke(
+        main,
+        ["erase", "--org", org_name, "--agent", "planner", "--user", "cli-user", "--yes"],
+        env={"DATABASE_URL": database_url, "REDIS_URL": redis_url},
+    )
+    assert result.exit_code == 0, result.output
+    assert '"sessions": 1' in result.output and '"facts": 1' in result.output
+    assert (
+        MemoryCache(redis.Redis.from_url(redis_url)).get(
+            Scope(org_id=org_id, agent_id="planner", user_id="cli-user")  # type: ignore[arg-type]
+        )
+        is None
+    )
