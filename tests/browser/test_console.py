@@ -15,24 +15,14 @@ import pytest
 
 from tests.browser.conftest import Api, LiveServer
 from tests.helpers import wait_for
+from worker.demo import DECISIONS
+from worker.demo import HIKE as DEMO_HIKE
 
 pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
 from playwright.sync_api import Page, expect
 
-BILLING = [
-    ("user", "Let's settle the stack for the billing service before Friday."),
-    ("assistant", "Sure. Options: PostgreSQL or MongoDB for storage, Celery or cron for jobs."),
-    ("user", "We decided to use PostgreSQL; invoices need transactions and joins."),
-    ("assistant", "Agreed. PostgreSQL it is, with Alembic for migrations."),
-    ("user", "I prefer Celery with Redis for the retries. Never run cron on the web hosts."),
-    ("assistant", "Noted: Celery on Redis for retries, no cron on web hosts. Deadline Friday."),
-]
-HIKE = [
-    ("user", "Unrelated, but I'm planning a hike in the Dolomites in July."),
-    ("assistant", "Nice! Which trail are you considering for the Dolomites?"),
-    ("user", "The Alta Via 1 trail, hut to hut, about ten days of hiking."),
-    ("assistant", "Book the mountain huts early; July hiking season fills them fast."),
-]
+# The demo's conversation: billing decisions, then a clear change of subject.
+BILLING, HIKE = DECISIONS, DEMO_HIKE
 
 
 def _new_session(api: Api, agent: str = "planner", user: str = "ada") -> dict[str, Any]:
