@@ -29,7 +29,7 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -63,6 +63,23 @@ def _check(hypothesis: Sequence[int], reference: Sequence[int]) -> None:
         raise ValueError(f"segmentations differ: {list(hypothesis)} vs {list(reference)}")
 
 
+def _disagreement(
+    hypothesis: Sequence[int],
+    reference: Sequence[int],
+    k: int | None,
+    probe: Callable[[list[int], int, int], object],
+) -> float:
+    """The share of windows (i, i+k) on which `probe` differs between the segmentations
+    (0.0 when no window fits, as in segeval)."""
+    _check(hypothesis, reference)
+    k = window_size(reference) if k is None else k
+    ref, hyp = _labels(reference), _labels(hypothesis)
+    windows = len(ref) - k
+    if windows <= 0:
+        return 0.0
+    return sum(probe(ref, i, k) != probe(hyp, i, k) for i in range(windows)) / windows
+
+
 def pk(hypothesis: Sequence[int], reference: Sequence[int], k: int | None = None) -> float:
     """Pk (Beeferman et al. 1999) of segment lengths `hypothesis` against `reference`.
 
@@ -73,14 +90,7 @@ def pk(hypothesis: Sequence[int], reference: Sequence[int], k: int | None = None
     i.e. the share of probes (i, i+k) on which the two segmentations disagree about
     "same segment". 0.0 when N <= k (no probe fits), as in segeval.
     """
-    _check(hypothesis, reference)
-    k = window_size(reference) if k is None else k
-    ref, hyp = _labels(reference), _labels(hypothesis)
-    probes = len(ref) - k
-    if probes <= 0:
-        return 0.0
-    misses = sum((ref[i] == ref[i + k]) != (hyp[i] == hyp[i + k]) for i in range(probes))
-    return misses / probes
+    return _disagreement(hypothesis, reference, k, lambda labels, i, k: labels[i] == labels[i + k])
 
 
 def window_diff(hypothesis: Sequence[int], reference: Sequence[int], k: int | None = None) -> float:
@@ -93,14 +103,7 @@ def window_diff(hypothesis: Sequence[int], reference: Sequence[int], k: int | No
 
     Unlike Pk it also counts a window holding two boundaries where the reference has one.
     """
-    _check(hypothesis, reference)
-    k = window_size(reference) if k is None else k
-    ref, hyp = _labels(reference), _labels(hypothesis)
-    probes = len(ref) - k
-    if probes <= 0:
-        return 0.0
-    misses = sum((ref[i + k] - ref[i]) != (hyp[i + k] - hyp[i]) for i in range(probes))
-    return misses / probes
+    return _disagreement(hypothesis, reference, k, lambda labels, i, k: labels[i + k] - labels[i])
 
 
 def masses(boundaries: Sequence[int], length: int) -> list[int]:

@@ -14,6 +14,7 @@ from shared.config import Settings, load_settings_or_exit
 from shared.db.engine import make_engine, make_session_factory
 from shared.queue import JobQueue
 from shared.runtime import resolve_endpoints
+from shared.triggers.debounce import Debouncer
 from web.auth import install_auth
 from web.body import install_body_checks
 from web.errors import install_error_handlers, validation_error_response
@@ -67,14 +68,16 @@ def create_app(
     engine = make_engine(endpoints.database_url)
     if queue is None:
         queue = CeleryJobQueue(make_celery(settings, endpoints=endpoints))
+    # Short timeouts: a Redis outage must degrade requests (R29), not hang them.
+    client = redis.Redis.from_url(endpoints.redis_url, socket_connect_timeout=1, socket_timeout=2)
     app.extensions["driftless"] = WebRuntime(
         settings=settings,
         engine=engine,
         session_factory=session_factory or make_session_factory(engine),
         queue=CountingQueue(queue),
-        # Short timeouts: a Redis outage must degrade requests (R29), not hang them.
-        redis=redis.Redis.from_url(endpoints.redis_url, socket_connect_timeout=1, socket_timeout=2),
+        redis=client,
         redis_url=endpoints.redis_url,
+        debouncer=Debouncer.from_settings(client, settings),
     )
 
     install_metrics(app)  # first: it times everything, rejected requests included

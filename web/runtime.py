@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from shared.config import Settings
 from shared.db.uow import UnitOfWork
 from shared.queue import JobQueue
+from shared.triggers.debounce import Debouncer
 
 
 @dataclass
@@ -22,6 +23,7 @@ class WebRuntime:
     queue: JobQueue
     redis: redis.Redis
     redis_url: str
+    debouncer: Debouncer
 
 
 def runtime() -> WebRuntime:

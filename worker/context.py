@@ -44,11 +44,7 @@ class WorkerContext:
 
     @cached_property
     def debouncer(self) -> Debouncer:
-        return Debouncer(
-            self.redis,
-            debounce_ms=self.settings.debounce_ms,
-            max_wait_ms=self.settings.debounce_max_wait_ms,
-        )
+        return Debouncer.from_settings(self.redis, self.settings)
 
 
 def context_of(app: Celery) -> WorkerContext:

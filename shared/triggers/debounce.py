@@ -25,6 +25,8 @@ from typing import Literal
 
 import redis
 
+from shared.config import Settings
+
 TriggerStatus = Literal["scheduled", "coalesced", "suppressed"]
 
 _TRIGGER = """
@@ -91,6 +93,12 @@ class Debouncer:
         self.max_wait_ms = max(max_wait_ms, debounce_ms)
         self._trigger = client.register_script(_TRIGGER)
         self._fire = client.register_script(_FIRE)
+
+    @classmethod
+    def from_settings(cls, client: redis.Redis, settings: Settings) -> Debouncer:
+        return cls(
+            client, debounce_ms=settings.debounce_ms, max_wait_ms=settings.debounce_max_wait_ms
+        )
 
     def trigger(self, topic_id: uuid.UUID, *, last_message_id: int | None) -> TriggerResult:
         """Register one exit trigger for the topic whose newest message is `last_message_id`."""

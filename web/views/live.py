@@ -11,7 +11,6 @@ from flask import Response, g, stream_with_context
 
 from shared.live import channel
 from shared.sessions.service import load_session
-from shared.triggers.debounce import Debouncer
 from shared.triggers.service import request_evaluation
 from web.auth import current_org
 from web.runtime import WebRuntime, runtime, unit_of_work
@@ -27,13 +26,10 @@ PING_S = 5.0
 
 def _disconnected(rt: WebRuntime, session_id: object) -> None:
     """The live connection dropped: the "socket disconnect" exit trigger (R27)."""
-    debouncer = Debouncer(
-        rt.redis, debounce_ms=rt.settings.debounce_ms, max_wait_ms=rt.settings.debounce_max_wait_ms
-    )
     try:
         with unit_of_work() as uow:
             request_evaluation(
-                uow=uow, debouncer=debouncer, queue=rt.queue, org_id=g.org_id,
+                uow=uow, debouncer=rt.debouncer, queue=rt.queue, org_id=g.org_id,
                 session_id=session_id, trigger="disconnect",  # type: ignore[arg-type]
             )  # fmt: skip
     except Exception:  # the client is gone; nobody to tell

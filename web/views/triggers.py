@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.triggers.debounce import Debouncer
 from shared.triggers.service import request_evaluation
 from web.auth import current_org
 from web.metrics import EXIT_TRIGGERS
@@ -17,14 +16,9 @@ bp = api_blueprint("triggers", "triggers")
 def evaluate(path: SessionPath, body: EvaluateIn) -> tuple[dict[str, Any], int]:
     """An exit trigger: debounced per topic, answered at once, never an error (R27–R29)."""
     rt = runtime()
-    debouncer = Debouncer(
-        rt.redis,
-        debounce_ms=rt.settings.debounce_ms,
-        max_wait_ms=rt.settings.debounce_max_wait_ms,
-    )
     with unit_of_work() as uow:
         status = request_evaluation(
-            uow=uow, debouncer=debouncer, queue=rt.queue, org_id=current_org(),
+            uow=uow, debouncer=rt.debouncer, queue=rt.queue, org_id=current_org(),
             session_id=path.sid, trigger=body.trigger,
         )  # fmt: skip
     EXIT_TRIGGERS.labels(body.trigger, status).inc()
