@@ -44,6 +44,14 @@ ENVIRONMENT: dict[str, str] = {
     "DRIFTLESS_RECONCILE_S": "reconcile_s",
     "DRIFTLESS_HOME": "home",
     "DRIFTLESS_MAX_BODY_BYTES": "max_body_bytes",
+    "DRIFTLESS_LLM_RPM": "llm_rpm",
+    "DRIFTLESS_LLM_TPM": "llm_tpm",
+    "DRIFTLESS_RETENTION_S": "retention_s",
+    "DRIFTLESS_RETENTION_SWEEP_S": "retention_sweep_s",
+    "DRIFTLESS_DB_POOL_SIZE": "db_pool_size",
+    "DRIFTLESS_DB_MAX_OVERFLOW": "db_max_overflow",
+    "DRIFTLESS_WORKER_METRICS_PORT": "worker_metrics_port",
+    "LOG_FORMAT": "log_format",
 }
 FIELD_TO_VARIABLE = {field: var for var, field in ENVIRONMENT.items()}
 
@@ -86,6 +94,19 @@ class Settings(BaseModel):
     # Where embedded PostgreSQL and Redis keep their files when no URL is given.
     home: Path = Path(".driftless")
     max_body_bytes: int = Field(default=256 * 1024, ge=1024)
+    # The provider's quota, shared by the whole worker fleet through Redis; 0: no limit.
+    llm_rpm: int = Field(default=0, ge=0)
+    llm_tpm: int = Field(default=0, ge=0)
+    # Sessions idle longer than retention_s lose their raw messages and archived notes
+    # (titles and summaries stay); 0 keeps everything. Checked every retention_sweep_s.
+    retention_s: int = Field(default=30 * 86_400, ge=0)
+    retention_sweep_s: int = Field(default=3600, ge=1)
+    # Per process: PostgreSQL sees at most processes x (pool + overflow) connections.
+    db_pool_size: int = Field(default=5, ge=1, le=100)
+    db_max_overflow: int = Field(default=5, ge=0, le=100)
+    # A worker's Prometheus endpoint (all its pool processes); 0 turns it off.
+    worker_metrics_port: int = Field(default=9808, ge=0, le=65535)
+    log_format: Literal["json", "text"] = "json"
 
     @model_validator(mode="after")
     def _block_fits_window(self) -> Settings:

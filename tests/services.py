@@ -1,7 +1,9 @@
 """Where the test run finds PostgreSQL and Redis: the machine's servers, else embedded ones.
 
 TEST_DATABASE_URL / TEST_REDIS_URL override. The suite creates and migrates its own
-database (never touching others) and uses Redis database numbers of its own.
+database (never touching others) and uses Redis database numbers of its own; two runs
+side by side pick different ones with DRIFTLESS_TEST_DATABASE and DRIFTLESS_TEST_REDIS_DB
+(the broker takes the database below it).
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from sqlalchemy.engine import make_url
 
 DEFAULT_ADMIN_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379"
-TEST_DATABASE = "driftless_test"
-DATA_REDIS_DB = 15
-BROKER_REDIS_DB = 14
+TEST_DATABASE = os.environ.get("DRIFTLESS_TEST_DATABASE", "driftless_test")
+DATA_REDIS_DB = int(os.environ.get("DRIFTLESS_TEST_REDIS_DB", "15"))
+BROKER_REDIS_DB = DATA_REDIS_DB - 1
 
 
 def _postgres_answers(url: str) -> bool:

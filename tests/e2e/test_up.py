@@ -17,7 +17,7 @@ import pytest
 from tests import services
 from tests.helpers import wait_for
 
-UP_BROKER_REDIS_DB = 12
+UP_BROKER_REDIS_DB = services.DATA_REDIS_DB - 3
 
 
 def _free_port() -> int:

@@ -15,7 +15,9 @@ def test_models_and_migrations_agree(database_url: str) -> None:
 
 
 def test_migrations_run_from_empty_and_downgrade_cleanly() -> None:
-    url = services.recreate_database(services.admin_database_url(), "driftless_test_migrations")
+    url = services.recreate_database(
+        services.admin_database_url(), f"{services.TEST_DATABASE}_migrations"
+    )
     from alembic import command
 
     from shared.db.migrate import alembic_config
@@ -33,5 +35,5 @@ def test_migrations_run_from_empty_and_downgrade_cleanly() -> None:
     connection = psycopg2.connect(services.admin_database_url())
     connection.autocommit = True
     with connection.cursor() as cursor:
-        cursor.execute("DROP DATABASE driftless_test_migrations WITH (FORCE)")
+        cursor.execute(f"DROP DATABASE {services.TEST_DATABASE}_migrations WITH (FORCE)")
     connection.close()
