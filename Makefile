@@ -32,13 +32,17 @@ lint: install ## ruff, mypy (strict on shared/), import contracts
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy --strict shared
-	$(BIN)/mypy web worker
+	$(BIN)/mypy web worker bench
 	$(BIN)/lint-imports
 
 bench: install ## Run the benchmarks (bench/*.py) against the machine's PostgreSQL and Redis
 	$(BIN)/python -m bench.context
 	$(BIN)/python -m bench.prefix_reuse --quiet
 	$(BIN)/python -m bench.debounce
+	$(BIN)/python -m bench.http_throughput
+	$(BIN)/python -m bench.enqueue
+	$(BIN)/python -m bench.worker_pool
+	$(BIN)/python -m bench.token_economy
 
 fmt: install ## Format and autofix
 	$(BIN)/ruff format .

@@ -1,25 +1,47 @@
-"""Set-up shared by the benchmarks: a fresh, migrated database and a Redis of their own."""
+"""Set-up shared by the benchmarks: a fresh, migrated database and a Redis of their own.
+
+Two runs side by side pick different ones with DRIFTLESS_BENCH_DATABASE and
+DRIFTLESS_BENCH_REDIS_DB (the broker takes the database below it, as in the tests, or
+DRIFTLESS_BENCH_BROKER_DB).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import platform
+import signal
 import statistics
+import subprocess
+import sys
+import tempfile
+import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import redis
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.auth.service import create_api_key
+from shared.auth.service import create_api_key, org_for_key
 from shared.db.engine import make_engine, make_session_factory
 from shared.db.migrate import upgrade
 from shared.db.uow import UnitOfWork
 from shared.queue import RecordingQueue
 from tests import services
 
-BENCH_DATABASE = "driftless_bench"
-BENCH_REDIS_DB = 11
+BENCH_DATABASE = os.environ.get("DRIFTLESS_BENCH_DATABASE", "driftless_bench")
+BENCH_REDIS_DB = int(os.environ.get("DRIFTLESS_BENCH_REDIS_DB", "11"))
+BENCH_BROKER_DB = int(os.environ.get("DRIFTLESS_BENCH_BROKER_DB", str(BENCH_REDIS_DB - 1)))
+BIN = Path(sys.executable).parent
+# What the tests' scripted model answers to a summary request (shared/llm/prompts.py).
+SUMMARY_ANSWER = (
+    '{"title": "Billing stack", "summary": "Billing stack (PostgreSQL, Celery on Redis);'
+    ' deadline Friday.", "include_in_memory": true}'
+)
 
 
 @dataclass
@@ -30,9 +52,30 @@ class BenchEnv:
     session_factory: sessionmaker[Session]
     redis: redis.Redis
     org_key: str
+    broker_url: str
 
     def uow(self) -> UnitOfWork:
         return UnitOfWork(self.session_factory, RecordingQueue())
+
+    def org_id(self) -> uuid.UUID:
+        with self.uow() as uow:
+            org_id = org_for_key(uow=uow, key=self.org_key)
+        assert org_id is not None
+        return org_id
+
+    def process_environment(self, **extra: str) -> dict[str, str]:
+        """The environment of a web or worker subprocess on the bench's servers."""
+        return {
+            **os.environ,
+            "DATABASE_URL": self.database_url,
+            "REDIS_URL": self.redis_url,
+            "CELERY_BROKER_URL": self.broker_url,
+            "DRIFTLESS_LLM": "local",
+            "DRIFTLESS_WORKER_METRICS_PORT": "0",  # no port clash with other runs
+            "LOG_FORMAT": "text",
+            "LOG_LEVEL": "WARNING",
+            **extra,
+        }
 
 
 def arguments(description: str) -> argparse.ArgumentParser:
@@ -55,12 +98,72 @@ def bench_env(admin_url: str | None) -> BenchEnv:
     redis_url = f"{services.redis_base_url()}/{BENCH_REDIS_DB}"
     client = redis.Redis.from_url(redis_url)
     client.flushdb()
+    broker_url = f"{services.redis_base_url()}/{BENCH_BROKER_DB}"
+    redis.Redis.from_url(broker_url).flushdb()
     engine = make_engine(database_url)
     factory = make_session_factory(engine)
     with UnitOfWork(factory, RecordingQueue()) as uow:
         key = create_api_key(uow=uow, org_name=f"bench-{uuid.uuid4().hex[:8]}")
         uow.commit()
-    return BenchEnv(database_url, redis_url, engine, factory, client, key)
+    return BenchEnv(database_url, redis_url, engine, factory, client, key, broker_url)
+
+
+def machine() -> str:
+    """One line naming the machine the numbers come from."""
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    cpuinfo = Path("/proc/cpuinfo")
+    names = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    model = next((n.split(":", 1)[1].strip() for n in names if n.startswith("model name")), "")
+    load = os.getloadavg()[0]  # others' work on the machine skews the numbers; say so
+    return (
+        f"{os.cpu_count()} CPUs ({model or platform.processor()}), {memory_gib:.0f} GiB RAM,"
+        f" Python {platform.python_version()}, load average {load:.2f} at the start"
+    )
+
+
+@dataclass
+class Subprocess:
+    process: subprocess.Popen[bytes]
+    log: Path  # its stderr, read when it dies early
+
+    def check_alive(self, what: str) -> None:
+        if self.process.poll() is not None:
+            tail = self.log.read_text(errors="replace")[-3000:]
+            raise SystemExit(f"{what} exited ({self.process.returncode}):\n{tail}")
+
+
+@contextlib.contextmanager
+def subprocess_running(command: list[str], environment: dict[str, str]) -> Iterator[Subprocess]:
+    """A web or worker process for the duration; stopped (SIGTERM, then SIGKILL) by its pid.
+
+    Its stderr goes to a file, never a pipe: a pipe nobody reads would block it once full.
+    """
+    with tempfile.NamedTemporaryFile(prefix="bench-", suffix=".log", delete=False) as log:
+        process = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL, stderr=log)
+    running = Subprocess(process, Path(log.name))
+    try:
+        yield running
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        running.log.unlink(missing_ok=True)
+
+
+def wait_until(
+    ready: Callable[[], bool], *, timeout_s: float, what: str, process: Subprocess | None = None
+) -> None:
+    """Poll `ready` until it holds; fail with the subprocess's stderr if it died first."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if process is not None:
+            process.check_alive(what)
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what}: not ready after {timeout_s:.0f} s")
+        time.sleep(0.1)
 
 
 def percentile(samples: list[float], share: float) -> float:

@@ -30,11 +30,9 @@ from shared.evaluations.models import Evaluation
 from shared.sessions.service import create_session, post_message
 from shared.triggers.debounce import Debouncer
 from shared.triggers.service import debounce_trigger
-from tests import services
 from worker.app import make_celery
 from worker.queue import CeleryJobQueue
 
-BROKER_DB = 8
 MAX_BURST = 20
 MAX_GAP_S = 0.5  # below the 2 s debounce: a burst is a burst
 
@@ -75,8 +73,7 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=64, help="bursts running at once")
     args = parser.parse_args()
     env = bench_env(args.admin_database_url)
-    broker = f"{services.redis_base_url()}/{BROKER_DB}"
-    redis.Redis.from_url(broker).flushdb()
+    broker = env.broker_url  # flushed by bench_env
     settings = Settings(
         database_url=env.database_url, redis_url=env.redis_url, broker_url=broker, llm="local"
     )
@@ -84,7 +81,7 @@ def main() -> None:
     import worker.tasks  # noqa: F401  (registers the tasks)
 
     topics = seed(env, args.topics)
-    client = CountingRedis.from_url(env.redis_url)
+    client = CountingRedis(connection_pool=redis.ConnectionPool.from_url(env.redis_url))
     debouncer = Debouncer(client, debounce_ms=settings.debounce_ms, max_wait_ms=60_000)
     queue = CeleryJobQueue(app)
     rng = random.Random(11)

@@ -6,6 +6,7 @@ from shared.curation.models import MemoryChange
 from shared.db.base import Base
 from shared.evaluations.models import Evaluation
 from shared.facts.models import FactsDocument
+from shared.memory.versions import MemoryVersion
 from shared.notes.models import NotesDocument
 from shared.sessions.models import ChatSession, Message
 from shared.topics.forks import Fork
@@ -20,6 +21,7 @@ __all__ = [
     "FactsDocument",
     "Fork",
     "MemoryChange",
+    "MemoryVersion",
     "Message",
     "NotesDocument",
     "Org",

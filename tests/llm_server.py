@@ -2,7 +2,9 @@
 
 It speaks just enough of the API for the real `openai` client: POST /v1/chat/completions
 and GET /v1/models. Answers are scripted (`answer`, `answer_json`, `fail`, `slow`,
-`queue`), and every request body is logged, so a test can check what the provider sent.
+`queue`, or computed from each request by `answer_with`), and every request body is
+logged, so a test can check what the provider sent; `in_flight` counts the calls being
+answered right now (a fault test kills a worker while one is).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -31,6 +34,12 @@ class Reply:
     omit_usage: bool = False  # some compatible servers send no usage at all
 
 
+class _Server(ThreadingHTTPServer):
+    # The default listen backlog (5) drops connections when dozens of worker threads call
+    # at once (bench/worker_pool.py); a dropped SYN costs the caller a 1 s retransmit.
+    request_queue_size = 128
+
+
 class FakeOpenAI:
     """An OpenAI-compatible server on 127.0.0.1, in a daemon thread."""
 
@@ -39,7 +48,10 @@ class FakeOpenAI:
         self._default = Reply()
         self._queue: deque[Reply] = deque()
         self._requests: list[dict[str, Any]] = []
+        self._received_at: list[float] = []  # time.time() of each call, as `requests`
         self._calls = 0
+        self._in_flight = 0
+        self._responder: Callable[[dict[str, Any]], Reply | str] | None = None
         self._stopping = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -47,7 +59,7 @@ class FakeOpenAI:
     # --- lifecycle --------------------------------------------------------------------
 
     def start(self) -> FakeOpenAI:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        server = _Server(("127.0.0.1", 0), _handler_for(self))
         server.daemon_threads = True
         self._server = server
         self._stopping.clear()
@@ -103,6 +115,13 @@ class FakeOpenAI:
         """Every call waits `seconds` before answering `content`."""
         self._set_default(Reply(content=content, delay_s=seconds))
 
+    def answer_with(self, responder: Callable[[dict[str, Any]], Reply | str]) -> None:
+        """Every call answers what `responder` makes of its request body (a str is a content)."""
+        with self._lock:
+            self._default = Reply()
+            self._queue.clear()
+            self._responder = responder
+
     def queue(self, *responses: Reply | str) -> None:
         """The next calls answer these, in order (a str is a content); then the default."""
         with self._lock:
@@ -112,6 +131,7 @@ class FakeOpenAI:
         with self._lock:
             self._default = reply
             self._queue.clear()
+            self._responder = None
 
     # --- what was asked -----------------------------------------------------------------
 
@@ -133,19 +153,45 @@ class FakeOpenAI:
         with self._lock:
             self._calls = value
 
+    @property
+    def received_at(self) -> list[float]:
+        """When each chat-completion call arrived (`time.time()`), oldest first."""
+        with self._lock:
+            return list(self._received_at)
+
+    @property
+    def in_flight(self) -> int:
+        """Calls received and not yet answered (waiting out their delay, say)."""
+        with self._lock:
+            return self._in_flight
+
     def reset(self) -> None:
         """Forget the calls so far and the script: every call answers `{}` again."""
         with self._lock:
             self._requests.clear()
+            self._received_at.clear()
             self._calls = 0
             self._queue.clear()
             self._default = Reply()
+            self._responder = None
 
     def _next(self, body: dict[str, Any]) -> tuple[Reply, int]:
         with self._lock:
             self._requests.append(body)
+            self._received_at.append(time.time())
             self._calls += 1
-            return (self._queue.popleft() if self._queue else self._default), self._calls
+            if self._queue:
+                return self._queue.popleft(), self._calls
+            responder, default, number = self._responder, self._default, self._calls
+        if responder is None:
+            return default, number
+        # Outside the lock: a responder may take its time or look at the server.
+        reply = responder(body)
+        return (reply if isinstance(reply, Reply) else Reply(content=reply)), number
+
+    def _enter(self, delta: int) -> None:
+        with self._lock:
+            self._in_flight += delta
 
     def _wait(self, seconds: float) -> None:
         self._stopping.wait(seconds)
@@ -207,7 +253,14 @@ def _handler_for(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 self._send(400, _error(400))
                 return
-            reply, number = fake._next(body if isinstance(body, dict) else {})
+            fake._enter(1)
+            try:
+                self._answer(body if isinstance(body, dict) else {})
+            finally:
+                fake._enter(-1)
+
+        def _answer(self, body: dict[str, Any]) -> None:
+            reply, number = fake._next(body)
             if reply.delay_s:
                 fake._wait(reply.delay_s)
             if reply.status != 200:

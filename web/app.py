@@ -18,7 +18,8 @@ from shared.triggers.debounce import Debouncer
 from web.auth import install_auth
 from web.body import install_body_checks
 from web.errors import install_error_handlers, validation_error_response
-from web.metrics import CountingQueue, install_metrics
+from web.logcontext import install_log_context
+from web.metrics import install_metrics
 from web.runtime import WebRuntime
 from web.views import (
     agents,
@@ -35,6 +36,7 @@ from web.views import (
     triggers,
 )
 from worker.app import make_celery
+from worker.logs import configure_logging
 from worker.queue import CeleryJobQueue
 
 log = logging.getLogger(__name__)
@@ -53,7 +55,9 @@ def create_app(
     `queue` and `session_factory` replace Celery and the engine's sessions (tests run
     each request inside a savepoint of their own connection).
     """
-    settings = settings or load_settings_or_exit()
+    if settings is None:  # a real process (gunicorn "web.app:create_app()"): its logging
+        settings = load_settings_or_exit()
+        configure_logging(settings.log_format)
     endpoints = resolve_endpoints(settings)
     app = OpenAPI(
         __name__,
@@ -65,7 +69,11 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
 
-    engine = make_engine(endpoints.database_url)
+    engine = make_engine(
+        endpoints.database_url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+    )
     if queue is None:
         queue = CeleryJobQueue(make_celery(settings, endpoints=endpoints))
     # Short timeouts: a Redis outage must degrade requests (R29), not hang them.
@@ -74,13 +82,14 @@ def create_app(
         settings=settings,
         engine=engine,
         session_factory=session_factory or make_session_factory(engine),
-        queue=CountingQueue(queue),
+        queue=queue,
         redis=client,
         redis_url=endpoints.redis_url,
         debouncer=Debouncer.from_settings(client, settings),
     )
 
     install_metrics(app)  # first: it times everything, rejected requests included
+    install_log_context(app)  # before auth: a refused request's log lines carry its id too
     install_auth(app)
     install_body_checks(app)
     install_error_handlers(app)

@@ -7,7 +7,10 @@ from typing import Any
 
 from flask import Flask, Response, jsonify
 from pydantic import ValidationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
 from shared.errors import Conflict, DomainError, Invalid, NotFound, Unavailable
@@ -71,6 +74,22 @@ def install_error_handlers(app: Flask) -> None:
     def _database_down(exc: OperationalError) -> tuple[Response, int]:
         log.error("database unavailable: %s", exc)
         return error_response(503, "unavailable", "the database is unavailable; retry shortly")
+
+    @app.errorhandler(PoolTimeout)
+    def _pool_exhausted(exc: PoolTimeout) -> tuple[Response, int]:
+        # Every connection of this process's pool is busy (DRIFTLESS_DB_POOL_SIZE): load,
+        # not a fault of the request.
+        log.error("database connection pool exhausted: %s", exc)
+        return error_response(503, "unavailable", "the service is overloaded; retry shortly")
+
+    @app.errorhandler(RedisConnectionError)
+    @app.errorhandler(RedisTimeoutError)
+    def _redis_down(exc: RedisConnectionError | RedisTimeoutError) -> tuple[Response, int]:
+        # Routes that can do without Redis degrade on their own (memory falls back to
+        # PostgreSQL, exit triggers are dropped); what reaches here needs data that only
+        # Redis holds (working memory), so the client should retry, as for the database.
+        log.error("redis unavailable: %s", exc)
+        return error_response(503, "unavailable", "Redis is unavailable; retry shortly")
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception) -> tuple[Response, int]:

@@ -1,5 +1,9 @@
 """Prometheus metrics of the web process (`GET /metrics`, no key: scrapers carry none).
 
+Besides the request metrics defined here, the scrape shows what this process counted
+elsewhere: jobs it enqueued (worker.metrics, counted by CeleryJobQueue) and domain
+events (shared.metrics: debounce outcomes, curation changes).
+
 Under gunicorn with several workers, set PROMETHEUS_MULTIPROC_DIR to a shared empty
 directory so a scrape sums every worker process (prometheus-client's multiprocess mode);
 without it each process reports its own counts.
@@ -20,36 +24,13 @@ from prometheus_client import (
     multiprocess,
 )
 
-from shared.queue import Job, JobQueue
-
 REQUESTS = Counter(
     "driftless_http_requests_total", "HTTP requests by route and status", ["route", "status"]
 )
 LATENCY = Histogram("driftless_http_request_seconds", "HTTP request latency by route", ["route"])
-JOBS_ENQUEUED = Counter(
-    "driftless_jobs_enqueued_total", "Jobs handed to the broker by the web, by task", ["task"]
-)
-JOBS_LOST = Counter(
-    "driftless_jobs_send_failed_total", "Jobs the broker refused (the reconciler retries)", ["task"]
-)
 EXIT_TRIGGERS = Counter(
     "driftless_exit_triggers_total", "Exit triggers by trigger and answer", ["trigger", "status"]
 )
-
-
-class CountingQueue:
-    """A JobQueue that counts what it sends and what fails to send."""
-
-    def __init__(self, inner: JobQueue) -> None:
-        self._inner = inner
-
-    def send(self, job: Job) -> None:
-        try:
-            self._inner.send(job)
-        except Exception:
-            JOBS_LOST.labels(job.task).inc()
-            raise
-        JOBS_ENQUEUED.labels(job.task).inc()
 
 
 def _exposition() -> bytes:

@@ -6,8 +6,18 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    RootModel,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+
+from shared.storable import storable
 
 # Scope ids come from the calling platform: printable, bounded, no surrounding blanks.
 ScopeId = Annotated[
@@ -16,13 +26,22 @@ ScopeId = Annotated[
 MAX_MESSAGE_CHARS = 100_000
 
 
+class Input(BaseModel):
+    """Every request model: each field is checked by `storable` before its own type."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        return storable(value)
+
+
 class CamelModel(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, validate_by_name=True, from_attributes=True, extra="forbid"
     )
 
 
-class Body(CamelModel):
+class Body(CamelModel, Input):
     """A request body; JSON types are not coerced ("5" is not a number)."""
 
     model_config = ConfigDict(strict=True)
@@ -48,11 +67,11 @@ class TopicPath(BaseModel):
     tid: uuid.UUID
 
 
-class AgentPath(BaseModel):
+class AgentPath(Input):
     agent_id: ScopeId
 
 
-class MessageQuery(CamelModel):
+class MessageQuery(CamelModel, Input):
     topic_id: uuid.UUID | None = None
     after_id: int | None = Field(default=None, ge=0)
     limit: int = Field(default=1000, ge=1, le=1000)
@@ -175,16 +194,16 @@ def dump(model: BaseModel) -> dict[str, Any]:
 # --- curation, tools, facts, memory ([2/6]) -------------------------------------------
 
 
-class ToolPath(BaseModel):
+class ToolPath(Input):
     sid: uuid.UUID
     name: str = Field(max_length=100)
 
 
-class FactPath(BaseModel):
+class FactPath(Input):
     key: str = Field(min_length=1, max_length=200)
 
 
-class ScopeQuery(CamelModel):
+class ScopeQuery(CamelModel, Input):
     agent_id: ScopeId
     user_id: ScopeId
 
@@ -248,6 +267,8 @@ class FactsIn(RootModel[dict[FactKey, Any]]):
     """Entries to create or update, by key."""
 
     root: dict[FactKey, Any] = Field(min_length=1)
+
+    _storable = field_validator("root", mode="before")(storable)
 
 
 class FactsOut(CamelModel):
@@ -335,6 +356,8 @@ class ContextOut(CamelModel):
 class WorkingMemoryIn(RootModel[dict[str, Any]]):
     """Any JSON object; the agent runtime's scratch state for this session."""
 
+    _storable = field_validator("root", mode="before")(storable)
+
 
 class WorkingMemoryOut(CamelModel):
     working_memory: dict[str, Any]
@@ -384,7 +407,7 @@ class TopicNotesOut(CamelModel):
     archived: list[ArchivedNotesOut]
 
 
-class UserPath(BaseModel):
+class UserPath(Input):
     agent_id: ScopeId
     user_id: ScopeId
 

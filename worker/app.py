@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import Celery
 from kombu import Exchange, Queue
 
@@ -10,12 +12,15 @@ from shared.queue import (
     EVALUATE_TOPIC,
     FIRE_DEBOUNCE,
     INVALIDATE_MEMORY,
+    PURGE_IDLE_SESSIONS,
     RECONCILE,
     SUMMARIZE_TOPIC,
     SWEEP_IDLE,
 )
 from shared.runtime import Endpoints, resolve_endpoints
 from worker.context import WorkerContext
+from worker.logs import connect_task_context
+from worker.metrics import connect_task_signals
 
 LLM_QUEUE = "llm"
 FAST_QUEUE = "fast"
@@ -31,7 +36,21 @@ TASK_ROUTES = {
     SWEEP_IDLE: {"queue": FAST_QUEUE},
     RECONCILE: {"queue": FAST_QUEUE},
     INVALIDATE_MEMORY: {"queue": FAST_QUEUE},
+    PURGE_IDLE_SESSIONS: {"queue": FAST_QUEUE},
 }
+
+
+def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
+    schedule: dict[str, dict[str, Any]] = {
+        "reconcile": {"task": RECONCILE, "schedule": float(settings.reconcile_s)},
+        "sweep-idle": {"task": SWEEP_IDLE, "schedule": float(settings.sweep_s)},
+    }
+    if settings.retention_s > 0:  # 0 keeps every session forever
+        schedule["retention"] = {
+            "task": PURGE_IDLE_SESSIONS,
+            "schedule": float(settings.retention_sweep_s),
+        }
+    return schedule
 
 
 def make_celery(settings: Settings, *, endpoints: Endpoints | None = None) -> Celery:
@@ -74,11 +93,11 @@ def make_celery(settings: Settings, *, endpoints: Endpoints | None = None) -> Ce
         # Fail fast when the broker is down: the web's send must not hang a request.
         broker_connection_timeout=2,
         task_publish_retry_policy={"max_retries": 2, "interval_start": 0.1, "interval_step": 0.2},
-        beat_schedule={
-            "reconcile": {"task": RECONCILE, "schedule": float(settings.reconcile_s)},
-            "sweep-idle": {"task": SWEEP_IDLE, "schedule": float(settings.sweep_s)},
-        },
+        beat_schedule=beat_schedule(settings),
         worker_hijack_root_logger=False,
     )
     app.driftless = WorkerContext(settings, endpoints)
+    # Celery's signals are process-wide; both connect once however many apps are made.
+    connect_task_signals()
+    connect_task_context()
     return app

@@ -6,9 +6,11 @@ Lazily, because prefork children must not inherit a parent's open connections.
 from __future__ import annotations
 
 from functools import cached_property
+from typing import Any
 
 import redis
 from celery import Celery
+from celery.signals import worker_init
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -20,15 +22,37 @@ from shared.llm.factory import make_llm
 from shared.runtime import Endpoints
 from shared.triggers.debounce import Debouncer
 
+# Pools whose tasks run side by side in one process, sharing its engine.
+THREADED_POOLS = frozenset({"threads", "gevent", "eventlet"})
+
 
 class WorkerContext:
     def __init__(self, settings: Settings, endpoints: Endpoints) -> None:
         self.settings = settings
         self.endpoints = endpoints
+        # How many tasks of this process may hold a connection at once; set at worker
+        # start (`size_for_worker`). A prefork child or a solo worker runs one at a time.
+        self.tasks_per_process = 1
+
+    def size_for_worker(self, *, pool: str, concurrency: int) -> None:
+        """Remember how many tasks share this process's engine (called at worker start)."""
+        if pool in THREADED_POOLS:
+            self.tasks_per_process = concurrency
+
+    @property
+    def pool_size(self) -> int:
+        # Each task holds at most one connection at a time (its unit of work; never during
+        # the LLM call), so a threads pool of N needs N: fewer would make tasks queue for a
+        # connection and, past pool_timeout, fail.
+        return max(self.settings.db_pool_size, self.tasks_per_process)
 
     @cached_property
     def engine(self) -> Engine:
-        return make_engine(self.endpoints.database_url, pool_size=2, max_overflow=2)
+        return make_engine(
+            self.endpoints.database_url,
+            pool_size=self.pool_size,
+            max_overflow=self.settings.db_max_overflow,
+        )
 
     @cached_property
     def session_factory(self) -> sessionmaker[Session]:
@@ -40,11 +64,29 @@ class WorkerContext:
 
     @cached_property
     def llm(self) -> LLM:
-        return make_llm(self.settings)
+        # The rate limit's bucket lives in the same Redis as the debounce state.
+        return make_llm(self.settings, redis_client=self.redis)
 
     @cached_property
     def debouncer(self) -> Debouncer:
         return Debouncer.from_settings(self.redis, self.settings)
+
+
+def pool_name(pool_cls: Any) -> str:
+    """`threads`, `prefork`, … from a pool given by alias (`-P threads`) or by class."""
+    if isinstance(pool_cls, str):
+        return {"thread": "threads", "processes": "prefork"}.get(pool_cls, pool_cls)
+    module = str(getattr(pool_cls, "__module__", "")).rsplit(".", 1)[-1]
+    return {"thread": "threads"}.get(module, module)
+
+
+@worker_init.connect
+def _size_engine_for_worker(sender: Any = None, **_: Any) -> None:
+    """Size the engine from the worker's pool and concurrency, before any task runs."""
+    context = getattr(getattr(sender, "app", None), "driftless", None)
+    concurrency = getattr(sender, "concurrency", None)
+    if isinstance(context, WorkerContext) and isinstance(concurrency, int):
+        context.size_for_worker(pool=pool_name(sender.pool_cls), concurrency=concurrency)
 
 
 def context_of(app: Celery) -> WorkerContext:

@@ -1,8 +1,17 @@
 """Entry point of `celery -A worker.main worker|beat`: the app, built from the environment."""
 
-from shared.config import load_settings_or_exit
-from worker.app import make_celery
-from worker.logs import configure_logging
+# First, before anything imports prometheus_client (see worker.multiproc).
+from worker.multiproc import ensure_multiprocess_dir
 
-configure_logging()
-app = make_celery(load_settings_or_exit())
+ensure_multiprocess_dir()
+
+from shared.config import load_settings_or_exit  # noqa: E402
+from worker.app import make_celery  # noqa: E402
+from worker.logs import configure_logging, keep_celery_off_logging  # noqa: E402
+from worker.metrics import connect_exporter_signals  # noqa: E402
+
+settings = load_settings_or_exit()
+configure_logging(settings.log_format)
+keep_celery_off_logging(settings.log_format)
+connect_exporter_signals()
+app = make_celery(settings)

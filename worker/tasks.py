@@ -2,37 +2,54 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import uuid
+from collections.abc import Iterator
 
 from celery import Task, shared_task
 from redis.exceptions import RedisError
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from shared.evaluations.pipeline import evaluate_topic as evaluate
 from shared.live import publish
+from shared.llm.ratelimit import RateLimited
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
 from shared.queue import (
     EVALUATE_TOPIC,
     FIRE_DEBOUNCE,
     INVALIDATE_MEMORY,
+    PURGE_IDLE_SESSIONS,
     RECONCILE,
     SUMMARIZE_TOPIC,
     SWEEP_IDLE,
     Job,
 )
+from shared.retention.service import purge_idle_sessions as purge_idle
 from shared.summaries.service import summarize_topic as summarize
-from shared.topics.reconcile import closed_topics_awaiting_summary
+from shared.topics.reconcile import Claims, reconcile_lost_work
 from shared.triggers.service import debounce_trigger, idle_topics
 from worker.context import context_of, unit_of_work
 from worker.queue import CeleryJobQueue
 
 log = logging.getLogger(__name__)
 
-# A database blip is worth retrying; everything else is a bug to surface, not to loop on.
-RETRYABLE = (OperationalError,)
+# A database blip or an exhausted connection pool is worth retrying; everything else is a
+# bug to surface, not to loop on. The fleet's LLM quota being used up (RateLimited) is
+# retried too, after the wait the shared bucket named (see _within_quota).
+RETRYABLE = (OperationalError, PoolTimeout)
+
+
+@contextlib.contextmanager
+def _within_quota(task: Task) -> Iterator[None]:
+    """Retry an LLM task when the fleet-wide quota is used up; it wrote nothing."""
+    try:
+        yield
+    except RateLimited as exc:
+        raise task.retry(exc=exc, countdown=exc.retry_after_s) from exc
 
 
 @shared_task(
@@ -45,12 +62,13 @@ RETRYABLE = (OperationalError,)
 )
 def summarize_topic(self: Task, topic_id: str, trigger: str = "topic_closed") -> str:
     """Summarize one topic; a repeat for an unchanged topic makes no LLM call, writes nothing."""
-    outcome = summarize(
-        new_uow=lambda: unit_of_work(self.app),
-        llm=context_of(self.app).llm,
-        topic_id=uuid.UUID(topic_id),
-        trigger=trigger,
-    )
+    with _within_quota(self):
+        outcome = summarize(
+            new_uow=lambda: unit_of_work(self.app),
+            llm=context_of(self.app).llm,
+            topic_id=uuid.UUID(topic_id),
+            trigger=trigger,
+        )
     if outcome.session_id is not None:
         publish(context_of(self.app).redis, outcome.session_id, "summary", topic_id)
     log.info("summarize_topic %s: %s", topic_id, outcome.outcome)
@@ -64,18 +82,41 @@ def invalidate_memory(self: Task, org_id: str, agent_id: str, user_id: str) -> N
     MemoryCache(context_of(self.app).redis).invalidate(scope)
 
 
+# A re-enqueued item is not re-enqueued again for this many reconcile periods: a long
+# queue is not flooded with copies, and a job lost twice is still back within three.
+RECONCILE_CLAIM_PERIODS = 2
+
+
 @shared_task(name=RECONCILE, bind=True)
-def reconcile(self: Task) -> int:
-    """Re-enqueue summaries whose job was lost; runs on beat every DRIFTLESS_RECONCILE_S."""
-    grace = dt.timedelta(seconds=context_of(self.app).settings.reconcile_s)
+def reconcile(self: Task) -> dict[str, int]:
+    """Beat, every DRIFTLESS_RECONCILE_S: re-enqueue work whose job was lost (counts per kind)."""
+    context = context_of(self.app)
+    settings = context.settings
     with unit_of_work(self.app) as uow:
-        topic_ids = closed_topics_awaiting_summary(uow=uow, older_than=grace)
-        for topic_id in topic_ids:
-            uow.enqueue(Job(SUMMARIZE_TOPIC, {"topic_id": str(topic_id), "trigger": "reconcile"}))
-        uow.commit()
-    if topic_ids:
-        log.warning("reconcile: re-enqueued %d lost summaries", len(topic_ids))
-    return len(topic_ids)
+        reconciled = reconcile_lost_work(
+            uow=uow,
+            cache=MemoryCache(context.redis),
+            claims=Claims(context.redis, ttl_s=settings.reconcile_s * RECONCILE_CLAIM_PERIODS),
+            now=dt.datetime.now(dt.UTC),
+            grace=dt.timedelta(seconds=settings.reconcile_s),
+            drift_interval=settings.drift_interval,
+        )
+        uow.commit()  # nothing written: this sends the jobs
+    return reconciled.as_dict()
+
+
+@shared_task(name=PURGE_IDLE_SESSIONS, bind=True)
+def purge_idle_sessions(self: Task) -> dict[str, int]:
+    """Beat, every DRIFTLESS_RETENTION_SWEEP_S: purge sessions idle past DRIFTLESS_RETENTION_S."""
+    settings = context_of(self.app).settings
+    if settings.retention_s <= 0:  # a beat configured before retention was switched off
+        return {}
+    purged = purge_idle(
+        new_uow=lambda: unit_of_work(self.app),
+        now=dt.datetime.now(dt.UTC),
+        retention=dt.timedelta(seconds=settings.retention_s),
+    )
+    return purged.as_dict()
 
 
 @shared_task(
@@ -89,13 +130,14 @@ def reconcile(self: Task) -> int:
 def evaluate_topic(self: Task, topic_id: str, trigger: str) -> str:
     """Drift detection, then a silent fork or an in-place refresh (R30); arms R28's guard."""
     context = context_of(self.app)
-    outcome = evaluate(
-        new_uow=lambda: unit_of_work(self.app),
-        llm=context.llm,
-        topic_id=uuid.UUID(topic_id),
-        trigger=trigger,
-        scan_back=context.settings.scan_back,
-    )
+    with _within_quota(self):
+        outcome = evaluate(
+            new_uow=lambda: unit_of_work(self.app),
+            llm=context.llm,
+            topic_id=uuid.UUID(topic_id),
+            trigger=trigger,
+            scan_back=context.settings.scan_back,
+        )
     if outcome.outcome != "fork" and outcome.active_topic_id is not None:
         try:
             context.debouncer.mark_evaluated(

@@ -17,6 +17,7 @@ import redis
 from sqlalchemy import select
 
 from shared.agents.models import AgentProfile
+from shared.config import Settings
 from shared.context.stack import (
     ContextStack,
     DriftResult,
@@ -50,6 +51,15 @@ class ContextOptions:
     window_block: int = 10
     window_mode: WindowMode = "block"
     memory_token_budget: int = 2000
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ContextOptions:
+        return cls(
+            window=settings.window,
+            window_block=settings.window_block,
+            window_mode=settings.window_mode,
+            memory_token_budget=settings.memory_token_budget,
+        )
 
 
 def _stable(

@@ -24,7 +24,8 @@ from shared.curation.rules import (
 from shared.db.uow import UnitOfWork
 from shared.errors import NotFound
 from shared.memory.scope import Scope
-from shared.queue import INVALIDATE_MEMORY, Job
+from shared.memory.versions import memory_changed
+from shared.metrics import MEMORY_CHANGES, count_on_commit
 from shared.sessions.models import ChatSession
 from shared.topics.models import Topic
 
@@ -36,6 +37,16 @@ def flags_of(topic: Topic) -> MemoryFlags:
         deprecated=topic.deprecated,
         deprecated_manually_set=topic.deprecated_manually_set,
     )
+
+
+def memory_transitions(old: MemoryFlags, new: MemoryFlags) -> list[str]:
+    """What a change did, as counted in metrics: promoted, demoted, deprecated, undeprecated."""
+    changes = []
+    if old.keep != new.keep:
+        changes.append("promoted" if new.keep else "demoted")
+    if old.deprecated != new.deprecated:
+        changes.append("deprecated" if new.deprecated else "undeprecated")
+    return changes
 
 
 def record_change(
@@ -68,7 +79,9 @@ def record_change(
         )
     )
     if (old.keep, old.deprecated) != (new.keep, new.deprecated):
-        uow.enqueue(Job(INVALIDATE_MEMORY, scope.as_job_kwargs()))
+        memory_changed(uow=uow, scope=scope)
+    for change in memory_transitions(old, new):
+        count_on_commit(uow.session, MEMORY_CHANGES.labels(change, actor))
     return True
 
 

@@ -5,6 +5,13 @@ from __future__ import annotations
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.orm import Session, sessionmaker
 
+# Waiting longer than this for a pooled connection is an error naming the pool, not a
+# request or task that hangs: the pool is too small for the process's concurrency.
+POOL_TIMEOUT_S = 10.0
+# Connections are replaced after this long, so a PgBouncer or PostgreSQL failover or
+# rebalance is picked up gradually; dead ones are caught sooner by pool_pre_ping.
+POOL_RECYCLE_S = 1800
+
 
 def sqlalchemy_url(database_url: str) -> str:
     """Pin the driver: `postgres://` and `postgresql://` both mean psycopg2 here."""
@@ -14,12 +21,26 @@ def sqlalchemy_url(database_url: str) -> str:
     return database_url
 
 
-def make_engine(database_url: str, *, pool_size: int = 5, max_overflow: int = 5) -> Engine:
+def make_engine(
+    database_url: str,
+    *,
+    pool_size: int = 5,
+    max_overflow: int = 5,
+    pool_timeout: float = POOL_TIMEOUT_S,
+) -> Engine:
+    """An engine holding at most pool_size + max_overflow connections to the database.
+
+    Connections open on demand: a process never holds more than it ever used at once.
+    """
     # pool_pre_ping: a web or worker process outlives PostgreSQL restarts and failovers.
+    # Safe behind PgBouncer in transaction mode: psycopg2 binds parameters client-side
+    # (no server-side prepared statements) and the code uses no session state.
     return create_engine(
         sqlalchemy_url(database_url),
         pool_size=pool_size,
         max_overflow=max_overflow,
+        pool_timeout=pool_timeout,
+        pool_recycle=POOL_RECYCLE_S,
         pool_pre_ping=True,
         future=True,
     )

@@ -20,6 +20,7 @@ from shared.evaluations.models import Evaluation
 from shared.facts.models import FactsDocument
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
+from shared.memory.versions import MemoryVersion
 from shared.notes.models import NotesDocument
 from shared.sessions.models import ChatSession, Message
 from shared.topics.forks import Fork
@@ -67,6 +68,14 @@ def erase_user(*, uow: UnitOfWork, scope: Scope) -> Erased:
         )
     )
     counts["facts"] = int(facts.rowcount)  # type: ignore[attr-defined]
+    # Bookkeeping, not content, but it names the user: it goes too.
+    uow.session.execute(
+        delete(MemoryVersion).where(
+            MemoryVersion.org_id == scope.org_id,
+            MemoryVersion.agent_id == scope.agent_id,
+            MemoryVersion.user_id == scope.user_id,
+        )
+    )
     # Topics, messages, notes, forks, evaluations and audit rows cascade from the sessions.
     uow.session.execute(delete(ChatSession).where(ChatSession.id.in_(session_ids)))
     return Erased(counts=counts, session_ids=session_ids, topic_ids=topic_ids)

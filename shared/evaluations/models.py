@@ -18,6 +18,7 @@ TRIGGERS = (
     "reevaluate",
     "reconcile",
     "sweep",
+    "retention",
 )
 OUTCOMES = ("fork", "refresh", "skipped", "fallback")
 

@@ -23,6 +23,7 @@ from shared.drift.rules import (
     parse_drift_answer,
 )
 from shared.llm.base import LLM, Completion, DriftRequest, LLMError, TranscriptLine
+from shared.metrics import FALLBACKS
 from shared.sessions.models import Message
 from shared.summaries.service import (
     apply_summary,
@@ -69,6 +70,8 @@ def _ask_drift(llm: LLM, request: DriftRequest) -> tuple[DriftDecision | None, C
         completion = llm.detect_drift(request)
     except LLMError as exc:
         log.warning("drift call failed, treating as no drift: %s", exc)
+        # Counted when decided: the evaluation may still end without a write (skipped).
+        FALLBACKS.labels("detect_drift", "llm_error").inc()
         return None, None
     return parse_drift_answer(completion.text, request), completion
 

@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+import redis
+
 from shared.config import Settings
 from shared.llm.base import LLM
 from shared.llm.local_provider import LocalProvider
 from shared.llm.openai_provider import OpenAIProvider
+from shared.llm.ratelimit import Limits, RateLimitedLLM, TokenBucket, bucket_name
 
 
-def make_llm(settings: Settings) -> LLM:
-    """The OpenAI-compatible provider when settings ask for it, else the offline one."""
-    if settings.llm_provider == "openai":
-        return OpenAIProvider(
-            api_key=settings.openai_api_key,
-            base_url=settings.openai_base_url,
-            model=settings.llm_model,
-            timeout_s=settings.llm_timeout_s,
-            max_retries=settings.llm_max_retries,
-        )
-    return LocalProvider()
+def make_llm(settings: Settings, *, redis_client: redis.Redis | None = None) -> LLM:
+    """The OpenAI-compatible provider when settings ask for it, else the offline one.
+
+    With `DRIFTLESS_LLM_RPM`/`_TPM` set and a Redis client given, the provider's calls
+    go through the fleet-wide rate limit. The `local` provider costs nothing and is
+    never limited.
+    """
+    if settings.llm_provider != "openai":
+        return LocalProvider()
+    provider = OpenAIProvider(
+        api_key=settings.openai_api_key,
+        base_url=settings.openai_base_url,
+        model=settings.llm_model,
+        timeout_s=settings.llm_timeout_s,
+        max_retries=settings.llm_max_retries,
+    )
+    limits = Limits(rpm=settings.llm_rpm, tpm=settings.llm_tpm)
+    if redis_client is None or not limits.enabled:
+        return provider
+    name = bucket_name(provider="openai", base_url=settings.openai_base_url, model=provider.model)
+    return RateLimitedLLM(provider, TokenBucket(redis_client, name=name, limits=limits))

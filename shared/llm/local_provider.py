@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ from shared.llm.text import (
     tokens,
     weigh_terms,
 )
+from shared.metrics import record_llm_call
 from shared.tokens import approx_tokens
 
 LOCAL_MODEL = "local-extractive-v1"
@@ -243,15 +245,21 @@ def detect_drift_locally(
 # --- the provider -------------------------------------------------------------------
 
 
-def _completion(answer: dict[str, object], prompt: list[dict[str, str]]) -> Completion:
+def _completion(
+    answer: dict[str, object], prompt: list[dict[str, str]], *, purpose: str, started: float
+) -> Completion:
     text = json.dumps(answer, sort_keys=True, ensure_ascii=False)
     # Usage as if the real prompt had been sent, so evaluations record comparable costs.
     prompt_tokens = sum(approx_tokens(message["content"]) for message in prompt)
-    return Completion(
-        text=text,
+    usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=approx_tokens(text))
+    record_llm_call(
         model=LOCAL_MODEL,
-        usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=approx_tokens(text)),
+        purpose=purpose,
+        seconds=time.perf_counter() - started,
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
     )
+    return Completion(text=text, model=LOCAL_MODEL, usage=usage)
 
 
 class LocalProvider:
@@ -264,9 +272,12 @@ class LocalProvider:
 
     def summarize(self, request: SummaryRequest) -> Completion:
         """Title, summary and include_in_memory, extracted from the topic's own sentences."""
-        return _completion(summarize_locally(request), summary_messages(request))
+        started = time.perf_counter()
+        answer = summarize_locally(request)
+        return _completion(answer, summary_messages(request), purpose="summarize", started=started)
 
     def detect_drift(self, request: DriftRequest) -> Completion:
         """{drift, first_message_id, new_title} from discourse cues and word overlap."""
+        started = time.perf_counter()
         answer = detect_drift_locally(request, self.drift_thresholds)
-        return _completion(answer, drift_messages(request))
+        return _completion(answer, drift_messages(request), purpose="detect_drift", started=started)

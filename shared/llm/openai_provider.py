@@ -9,6 +9,7 @@ backoff; what still fails after that becomes one `LLMError`.
 from __future__ import annotations
 
 import logging
+import time
 from types import TracebackType
 
 import openai
@@ -16,6 +17,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
 from shared.llm.base import Completion, DriftRequest, LLMError, SummaryRequest, Usage
 from shared.llm.prompts import drift_messages, summary_messages
+from shared.metrics import record_llm_call
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +95,7 @@ class OpenAIProvider:
             else {"role": "user", "content": m["content"]}
             for m in messages
         ]
+        started = time.perf_counter()
         try:
             response: ChatCompletion = self._client.chat.completions.create(
                 model=self.model,
@@ -104,15 +107,32 @@ class OpenAIProvider:
         except openai.OpenAIError as exc:
             reason = _reason(exc, timeout_s=self.timeout_s, max_retries=self.max_retries)
             log.warning("LLM %s call to model %s failed: %s", purpose, self.model, reason)
+            self._record(purpose, started, failed=True)
             raise LLMError(reason) from exc
         if not response.choices:
+            self._record(purpose, started, failed=True)
             raise LLMError(f"the {purpose} answer had no choices")
-        usage = response.usage
+        usage = Usage(
+            prompt_tokens=response.usage.prompt_tokens if response.usage else 0,
+            completion_tokens=response.usage.completion_tokens if response.usage else 0,
+        )
+        self._record(purpose, started, usage=usage)
         return Completion(
             text=response.choices[0].message.content or "",
             model=response.model or self.model,
-            usage=Usage(
-                prompt_tokens=usage.prompt_tokens if usage else 0,
-                completion_tokens=usage.completion_tokens if usage else 0,
-            ),
+            usage=usage,
+        )
+
+    def _record(
+        self, purpose: str, started: float, *, usage: Usage | None = None, failed: bool = False
+    ) -> None:
+        # Labelled with the configured model, not the answer's dated variant, so a
+        # failure and a success of the same deployment share a series.
+        record_llm_call(
+            model=self.model,
+            purpose=purpose,
+            seconds=time.perf_counter() - started,
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            completion_tokens=usage.completion_tokens if usage else 0,
+            failed=failed,
         )

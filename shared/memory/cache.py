@@ -9,6 +9,7 @@ that read the database before the change can never put the stale block back (R15
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -61,13 +62,27 @@ class MemoryCache:
             return None
         return MemoryBlock.from_json(cached["block"])
 
-    def store(self, scope: Scope, generation: str, block: MemoryBlock) -> bool:
-        """Cache `block` if no invalidation happened since `generation` was read."""
-        value = json.dumps({"generation": generation, "block": block.to_json()})
+    def store(self, scope: Scope, generation: str, block: MemoryBlock, version: int = 0) -> bool:
+        """Cache `block` if no invalidation happened since `generation` was read.
+
+        `version` is the scope's memory version in PostgreSQL read before the block was:
+        the reconciler compares it to spot a block whose invalidation job was lost.
+        """
+        value = json.dumps({"generation": generation, "block": block.to_json(), "version": version})
         stored = self._store_if_current(
             keys=list(self._keys(scope)), args=[generation, value, BLOCK_TTL_S]
         )
         return bool(stored)
+
+    def cached_versions(self, scopes: Sequence[Scope]) -> list[int | None]:
+        """The memory version each scope's cached block was built from; None if none is
+        cached. One round trip; not MGET, whose keys must share a Cluster slot."""
+        with self._redis.pipeline(transaction=False) as pipe:
+            for scope in scopes:
+                pipe.get(self._keys(scope)[1])
+            raws = pipe.execute()
+        # A block cached before versions existed counts as older than any version.
+        return [None if raw is None else int(json.loads(raw).get("version", -1)) for raw in raws]
 
     def invalidate(self, scope: Scope) -> None:
         generation_key, block_key = self._keys(scope)

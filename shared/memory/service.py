@@ -11,6 +11,7 @@ from shared.db.uow import UnitOfWork
 from shared.memory.block import MemoryBlock, entry_for, fit_to_budget
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
+from shared.memory.versions import memory_version
 from shared.sessions.models import ChatSession
 from shared.topics.models import Topic
 
@@ -51,9 +52,12 @@ def memory_block(*, uow: UnitOfWork, cache: MemoryCache, scope: Scope, budget: i
     except redis.RedisError:
         log.warning("memory cache unavailable; reading PostgreSQL", exc_info=True)
         return load_memory_block(uow=uow, scope=scope, budget=budget)
+    # Read before the topics (each statement has its own snapshot): the block is then at
+    # least as new as the version it is stored with, never older.
+    version = memory_version(uow=uow, scope=scope)
     block = load_memory_block(uow=uow, scope=scope, budget=budget)
     try:
-        cache.store(scope, generation, block)
+        cache.store(scope, generation, block, version)
     except redis.RedisError:
         log.warning("could not refill the memory cache", exc_info=True)
     return block

@@ -13,6 +13,7 @@ from sqlalchemy import (
     String,
     Text,
     func,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -29,6 +30,12 @@ class ChatSession(Base):
         Index("ix_sessions_scope", "org_id", "agent_id", "user_id"),
         # The idle sweep walks sessions by their last activity.
         Index("ix_sessions_last_activity_at", "last_activity_at"),
+        # Retention walks idle sessions with activity it has not purged yet.
+        Index(
+            "ix_sessions_awaiting_purge",
+            "last_activity_at",
+            postgresql_where=text("purged_through IS NULL OR purged_through < last_activity_at"),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
@@ -42,6 +49,10 @@ class ChatSession(Base):
     last_activity_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now()
     )
+    # The last_activity_at retention purged through: later activity (a new message)
+    # makes the session a candidate again. A value from the row, not a clock, so clock
+    # skew between worker and database cannot hide a message.
+    purged_through: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Message(Base):

@@ -24,6 +24,8 @@ from shared.evaluations.models import Evaluation
 from shared.llm.base import LLM, Completion, LLMError
 from shared.llm.prompts import SUMMARY_PROMPT_VERSION
 from shared.memory.scope import Scope
+from shared.memory.versions import memory_changed
+from shared.metrics import FALLBACKS, count_on_commit
 from shared.notes.models import NotesDocument
 from shared.notes.service import active_notes_text
 from shared.sessions.models import ChatSession, Message
@@ -51,13 +53,15 @@ def take_snapshot(*, uow: UnitOfWork, topic_id: uuid.UUID) -> TopicSnapshot | No
     topic = uow.session.get(Topic, topic_id)
     if topic is None or topic.last_message_id is None or is_summary_current(topic):
         return None
-    return snapshot_through(
+    snapshot = snapshot_through(
         uow=uow,
         topic=topic,
         through_id=topic.last_message_id,
         total_messages=topic.message_count + topic.tool_message_count,
         message_count=topic.message_count,
     )
+    # Retention purged the messages: the summary made while they existed is the record.
+    return snapshot if snapshot.request.lines else None
 
 
 def snapshot_through(
@@ -112,6 +116,7 @@ def apply_summary(
     """Store the summary on the (row-locked) topic: ("refresh" | "fallback", error)."""
     parsed = parse_summary_answer(completion.text) if completion else None
     flags = flags_of(topic)
+    shown_before = (topic.title, topic.summary)
     if parsed is not None:
         topic.title, topic.summary, topic.summary_source = parsed.title, parsed.summary, "llm"
         flags = summarizer_decides(
@@ -128,10 +133,19 @@ def apply_summary(
             topic.title, topic.summary = fallback_summary(snapshot.first_user_message)
             topic.summary_source = "fallback"
         outcome = "fallback"
+        reason = "llm_error" if completion is None else "unusable_answer"
+        count_on_commit(uow.session, FALLBACKS.labels("summarize", reason))
         error = error or "the answer was not a JSON object with a title and a summary"
+    old_flags = flags_of(topic)
     record_change(
         uow=uow, topic=topic, scope=scope, new=flags, actor="summarizer", action="summarize"
     )
+    # A new title or summary of a topic that stays in memory changes the memory block
+    # too; a change of keep/deprecated was already handled by record_change.
+    stays_in_memory = (flags.keep, flags.deprecated) == (old_flags.keep, old_flags.deprecated)
+    shown_now = (topic.title, topic.summary)
+    if stays_in_memory and (flags.keep or flags.deprecated) and shown_now != shown_before:
+        memory_changed(uow=uow, scope=scope)
     topic.summarized_through_id = snapshot.last_message_id
     topic.summary_prompt_version = SUMMARY_PROMPT_VERSION
     topic.summarized_at = func.now()

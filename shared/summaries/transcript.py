@@ -67,7 +67,8 @@ def read_transcript(
             select(Message).where(*in_topic).order_by(Message.id).limit(HEAD_MESSAGES)
         )
     ]
-    if total_messages <= HEAD_MESSAGES:
+    # No head although the counters say there were messages: retention purged them.
+    if total_messages <= HEAD_MESSAGES or not head:
         return SummaryRequest(lines=head, notes=notes)
     budget = MAX_TRANSCRIPT_CHARS - sum(_size(line) for line in head) - len(notes or "")
     tail: list[TranscriptLine] = []

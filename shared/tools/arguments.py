@@ -6,8 +6,10 @@ import uuid
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails
 
 from shared.errors import Invalid
+from shared.storable import unstorable_at
 
 MAX_NOTE_CHARS = 20_000
 MAX_FACT_KEY_CHARS = 200
@@ -65,13 +67,24 @@ ADAPTERS: dict[str, TypeAdapter[Any]] = {
 
 def parse_arguments(tool: str, arguments: Any) -> Any:
     """The typed arguments of `tool`, or Invalid naming each bad field."""
+    where = unstorable_at(arguments, "")
+    if where is not None:
+        raise Invalid(
+            f"arguments.{where}: text with a NUL character (\\u0000) or an unpaired"
+            " surrogate cannot be stored"
+        )
     try:
         return ADAPTERS[tool].validate_python(arguments)
     except ValidationError as exc:
         problems = "; ".join(
-            "arguments."
-            + ".".join(str(p) for p in error["loc"] if not str(p).startswith("$"))
-            + f": {error['msg']}"
-            for error in exc.errors()
+            f"arguments.{_field_of(error)}: {error['msg']}" for error in exc.errors()
         )
         raise Invalid(problems) from None
+
+
+def _field_of(error: ErrorDetails) -> str:
+    """The dotted field an error is about; a bad `op`/`action` tag has an empty loc."""
+    path = [str(part) for part in error["loc"] if not str(part).startswith("$")]
+    if not path and error["type"] in {"union_tag_invalid", "union_tag_not_found"}:
+        return str(error.get("ctx", {}).get("discriminator", "")).strip("'")
+    return ".".join(path)

@@ -10,6 +10,7 @@ from sqlalchemy import func, select, update
 
 from shared.db.uow import UnitOfWork
 from shared.memory.scope import Scope
+from shared.metrics import FORKS, count_on_commit
 from shared.sessions.models import ChatSession, Message
 from shared.sessions.service import active_topic
 from shared.topics.forks import Fork
@@ -104,3 +105,4 @@ def record_fork(*, uow: UnitOfWork, forked: ForkedTopics, first_message_id: int)
             first_message_id=first_message_id,
         )
     )
+    count_on_commit(uow.session, FORKS)

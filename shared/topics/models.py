@@ -35,6 +35,14 @@ class Topic(Base):
             postgresql_where=text("status = 'active'"),
         ),
         Index("ix_topics_session_id_created_at", "session_id", "created_at"),
+        # The reconciler's "closed but unsummarized": a few rows, not every closed topic.
+        Index(
+            "ix_topics_awaiting_summary",
+            "closed_at",
+            postgresql_where=text(
+                "status = 'closed' AND summarized_through_id IS DISTINCT FROM last_message_id"
+            ),
+        ),
         # The memory block reads only promoted and deprecated topics of a scope's sessions.
         Index(
             "ix_topics_in_memory",

@@ -1,33 +1,199 @@
-"""Finding work whose job was lost (a broker outage after commit, a purged queue)."""
+"""Finding work whose job was lost, and asking for it again.
+
+PostgreSQL is the source of truth; Redis as a broker loses queued jobs when it restarts
+without persistence, and a job held by a worker killed with `kill -9` comes back only
+after the visibility timeout. The beat runs `reconcile` every DRIFTLESS_RECONCILE_S and
+each kind below is a condition the database shows when its job never ran:
+
+- summaries: closed topics whose summary watermark is behind their last message. This
+  also covers forks whose prior topic has no summary: a fork closes the prior topic in
+  the transaction that stores its summary, so a prior without one is a closed topic
+  behind its watermark like any other (there is no separate fork job to lose);
+- evaluations: active topics with a heartbeat's worth of messages (DRIFTLESS_DRIFT_INTERVAL)
+  beyond their watermark whose session then went quiet: the heartbeat's evaluation would
+  have moved the watermark;
+- memory caches: a cached memory block built from an older memory version than the
+  scope's version in PostgreSQL (its invalidation job was lost).
+
+Every kind is bounded per run, and what was just re-enqueued is not re-enqueued again
+for a while (a claim in Redis), so a queue backlog is not multiplied by each run. All
+re-enqueued jobs are idempotent (watermarks), so a duplicate does no harm either.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import uuid
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 
+import redis
 from sqlalchemy import func, select
 
 from shared.db.uow import UnitOfWork
+from shared.memory.cache import BLOCK_TTL_S, MemoryCache
+from shared.memory.scope import Scope
+from shared.memory.versions import changed_since
+from shared.queue import EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
+from shared.sessions.models import ChatSession, Message
 from shared.topics.models import Topic
+
+log = logging.getLogger(__name__)
+
+RECONCILE_LIMIT = 500  # per kind and run; the rest waits for the next run
+# Sessions quiet for longer than this are the idle sweep's (it evaluates them too); the
+# reconciler only needs the recent band, which keeps its scan short.
+EVALUATION_LOOKBACK = dt.timedelta(hours=1)
+# A stale block outlives the change that made it stale by at most its TTL (plus one
+# reader's rebuild), so older changes cannot have a stale block left.
+MEMORY_LOOKBACK = dt.timedelta(seconds=2 * BLOCK_TTL_S)
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    summaries: int = 0
+    evaluations: int = 0
+    memory_caches: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class Claims:
+    """Redis claims on re-enqueued work: `SET NX EX`, so within `ttl_s` each item is
+    asked for once even when its job sits in a long queue. Without Redis every item
+    is claimed (a duplicate job is harmless; a missing one is what we are here for)."""
+
+    def __init__(self, client: redis.Redis, ttl_s: int) -> None:
+        self._redis = client
+        self._ttl_s = ttl_s
+
+    def claim(self, kind: str, ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+        if not ids:
+            return []
+        try:
+            with self._redis.pipeline(transaction=False) as pipe:
+                for item in ids:
+                    pipe.set(f"driftless:reconcile:{kind}:{{{item}}}", 1, nx=True, ex=self._ttl_s)
+                claimed = pipe.execute()
+        except redis.RedisError:
+            log.warning("reconcile claims unavailable; re-enqueueing without them")
+            return list(ids)
+        return [item for item, ok in zip(ids, claimed, strict=True) if ok]
 
 
 def closed_topics_awaiting_summary(
-    *, uow: UnitOfWork, older_than: dt.timedelta, limit: int = 500
+    *, uow: UnitOfWork, closed_before: dt.datetime, limit: int = RECONCILE_LIMIT
 ) -> Sequence[uuid.UUID]:
     """Closed topics whose summary has not caught up with their messages.
 
-    `older_than` leaves the normal path time to finish, so the reconciler only
-    re-enqueues work that really was lost; a duplicate is harmless anyway.
+    `closed_before` (now minus a grace) leaves the normal path time to finish, so the
+    reconciler only re-enqueues work that really was lost.
     """
     return uow.session.scalars(
         select(Topic.id)
         .where(
+            # Spelled as ix_topics_awaiting_summary's predicate, so the planner uses it.
             Topic.status == "closed",
-            Topic.last_message_id.is_not(None),
             Topic.summarized_through_id.is_distinct_from(Topic.last_message_id),
-            Topic.closed_at < func.now() - older_than,
+            Topic.last_message_id.is_not(None),
+            Topic.closed_at < closed_before,
         )
         .order_by(Topic.closed_at)
         .limit(limit)
     ).all()
+
+
+def heartbeats_never_evaluated(
+    *, uow: UnitOfWork, quiet_since: dt.datetime, interval: int, limit: int = RECONCILE_LIMIT
+) -> Sequence[uuid.UUID]:
+    """Active topics of sessions quiet since `quiet_since` with at least `interval`
+    user/assistant messages beyond the watermark the last evaluation left.
+
+    That many messages crossed a heartbeat (every `interval`-th message), whose
+    evaluation would have moved the watermark. The `interval`-th such message is found
+    with an index range scan of at most `interval` rows per topic, never a count. A
+    fork's new topic whose moved messages alone reach `interval` (the whole window
+    moved) is evaluated once too: the idle sweep would do the same a little later.
+    """
+    beyond_watermark = (
+        select(Message.id)
+        .where(
+            Message.topic_id == Topic.id,
+            Message.id > func.coalesce(Topic.summarized_through_id, 0),
+            Message.role != "tool",
+        )
+        .order_by(Message.id)
+        .offset(interval - 1)
+        .limit(1)
+    )
+    return uow.session.scalars(
+        select(Topic.id)
+        .join(ChatSession, ChatSession.id == Topic.session_id)
+        .where(
+            ChatSession.last_activity_at < quiet_since,
+            ChatSession.last_activity_at > quiet_since - EVALUATION_LOOKBACK,
+            Topic.status == "active",
+            Topic.message_count >= interval,
+            Topic.summarized_through_id.is_distinct_from(Topic.last_message_id),
+            beyond_watermark.exists(),
+        )
+        .order_by(ChatSession.last_activity_at)
+        .limit(limit)
+    ).all()
+
+
+def stale_memory_scopes(
+    *, uow: UnitOfWork, cache: MemoryCache, now: dt.datetime, limit: int = RECONCILE_LIMIT
+) -> list[Scope]:
+    """Scopes whose cached block was built before their latest memory change.
+
+    No grace here: a block newer than the change is left alone, and invalidating a block
+    whose job is merely still in flight costs one cache miss.
+    """
+    changed = changed_since(uow=uow, since=now - MEMORY_LOOKBACK, limit=limit)
+    cached = cache.cached_versions([c.scope for c in changed])
+    return [
+        c.scope
+        for c, version in zip(changed, cached, strict=True)
+        if version is not None and version < c.version
+    ]
+
+
+def reconcile_lost_work(
+    *,
+    uow: UnitOfWork,
+    cache: MemoryCache,
+    claims: Claims,
+    now: dt.datetime,
+    grace: dt.timedelta,
+    drift_interval: int,
+    limit: int = RECONCILE_LIMIT,
+) -> Reconciled:
+    """Enqueue again (after the caller's commit) what PostgreSQL shows was lost, and drop
+    stale cached memory blocks right away (the check already holds the cache)."""
+    summaries = claims.claim(
+        "summary", closed_topics_awaiting_summary(uow=uow, closed_before=now - grace, limit=limit)
+    )
+    for topic_id in summaries:
+        uow.enqueue(Job(SUMMARIZE_TOPIC, {"topic_id": str(topic_id), "trigger": "reconcile"}))
+    evaluations = claims.claim(
+        "evaluation",
+        heartbeats_never_evaluated(
+            uow=uow, quiet_since=now - grace, interval=drift_interval, limit=limit
+        ),
+    )
+    for topic_id in evaluations:
+        uow.enqueue(Job(EVALUATE_TOPIC, {"topic_id": str(topic_id), "trigger": "reconcile"}))
+    try:
+        stale = stale_memory_scopes(uow=uow, cache=cache, now=now, limit=limit)
+        for scope in stale:
+            cache.invalidate(scope)
+    except redis.RedisError:  # the summaries and evaluations above must still go out
+        log.warning("reconcile: memory cache unavailable, its check waits for the next run")
+        stale = []
+    reconciled = Reconciled(len(summaries), len(evaluations), len(stale))
+    if any(reconciled.as_dict().values()):
+        log.warning("reconcile: recovered lost work %s", reconciled.as_dict())
+    return reconciled

@@ -13,6 +13,7 @@ from redis.exceptions import RedisError
 from sqlalchemy import func, select
 
 from shared.db.uow import UnitOfWork
+from shared.metrics import DEBOUNCE
 from shared.queue import FIRE_DEBOUNCE, Job, JobQueue
 from shared.sessions.models import ChatSession
 from shared.sessions.service import active_topic, load_session
@@ -40,6 +41,22 @@ def debounce_trigger(
     Best effort by design (R29): Redis or the broker being down is `dropped`, logged,
     never an error for the caller.
     """
+    status = _debounce(
+        debouncer=debouncer, queue=queue, topic_id=topic_id, last_message_id=last_message_id,
+        trigger=trigger,
+    )  # fmt: skip
+    DEBOUNCE.labels(trigger, status).inc()
+    return status
+
+
+def _debounce(
+    *,
+    debouncer: Debouncer,
+    queue: JobQueue,
+    topic_id: uuid.UUID,
+    last_message_id: int | None,
+    trigger: str,
+) -> EvaluateStatus:
     try:
         result = debouncer.trigger(topic_id, last_message_id=last_message_id)
     except RedisError:

@@ -8,11 +8,13 @@ from typing import Any
 import redis
 from click.testing import CliRunner
 from flask.testing import FlaskClient
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.context.working_memory import get_working_memory
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
+from shared.memory.versions import MemoryVersion
 from shared.triggers.debounce import _keys
 from tests.conftest import new_key
 from tests.helpers import new_session, post_message
@@ -42,7 +44,10 @@ def _fill(client: FlaskClient, auth: dict[str, str], user: str) -> dict[str, Any
 
 
 def test_erasing_a_user_removes_their_rows_and_redis_state_and_nothing_else(
-    client: FlaskClient, auth: dict[str, str], redis_url: str
+    client: FlaskClient,
+    auth: dict[str, str],
+    redis_url: str,
+    session_factory: sessionmaker[Session],
 ) -> None:
     ada, bob = _fill(client, auth, "ada"), _fill(client, auth, "bob")
     response = client.delete("/agents-api/agents/planner/users/ada", headers=auth)
@@ -65,6 +70,13 @@ def test_erasing_a_user_removes_their_rows_and_redis_state_and_nothing_else(
     assert client.get(f"/agents-api/sessions/{bob['id']}", headers=auth).status_code == 200
     bob_memory: Any = client.get("/agents-api/memory?agentId=planner&userId=bob", headers=auth).json
     assert [e["topicId"] for e in bob_memory["entries"]] == [bob["activeTopicId"]]
+    with session_factory() as db:
+        versioned = db.scalars(
+            select(MemoryVersion.user_id).where(
+                MemoryVersion.org_id == uuid.UUID(bob["orgId"]), MemoryVersion.agent_id == "planner"
+            )
+        )
+        assert set(versioned) == {"bob"}  # the memory version row names the user: gone too
     again = client.delete("/agents-api/agents/planner/users/ada", headers=auth).json
     assert again["erased"]["sessions"] == 0  # type: ignore[index]
 

@@ -7,6 +7,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shared.config import Settings
 from shared.queue import RecordingQueue
+from tests.helpers import new_session
 
 
 def test_readyz_reports_database_and_redis(client: FlaskClient) -> None:
@@ -60,3 +61,21 @@ def test_metrics_are_prometheus_text_and_count_requests(
     body = response.data.decode()
     assert 'driftless_http_requests_total{route="/healthz",status="200"}' in body
     assert 'route="/agents-api/sessions/<sid>",status="422"' in body
+
+
+def test_metrics_show_the_domain_events_the_web_counted(
+    client: FlaskClient, auth: dict[str, str]
+) -> None:
+    session = new_session(client, auth)
+    client.put(
+        f"/agents-api/topics/{session['activeTopicId']}/memory",
+        json={"state": "promoted"},
+        headers=auth,
+    )
+    client.post(
+        f"/agents-api/sessions/{session['id']}/evaluate", json={"trigger": "manual"}, headers=auth
+    )
+    body = client.get("/metrics").data.decode()
+    assert 'driftless_memory_changes_total{actor="user",change="promoted"}' in body
+    assert 'driftless_debounce_triggers_total{outcome="scheduled",trigger="manual"}' in body
+    assert "# TYPE driftless_jobs_enqueued_total counter" in body

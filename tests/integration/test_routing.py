@@ -11,7 +11,8 @@ from tests import services
 from worker.app import FAST_QUEUE, LLM_QUEUE, make_celery
 from worker.queue import CeleryJobQueue
 
-ROUTING_REDIS_DB = 13
+# A broker database of its own, beside the suite's (see tests/services.py).
+ROUTING_REDIS_DB = services.DATA_REDIS_DB - 2
 
 
 @pytest.mark.parametrize(

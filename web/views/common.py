@@ -11,10 +11,16 @@ from pydantic import BaseModel
 from web.schemas import ErrorOut
 
 SECURITY: list[dict[str, list[str]]] = [{"bearer": []}]
+# Every status the app's own handlers can answer on any route (web/body.py, web/errors.py):
+# a client reading the document must not meet an undocumented one.
 ERRORS: dict[str | int | HTTPStatus, type[BaseModel] | dict[Any, Any] | None] = {
+    400: ErrorOut,
     401: ErrorOut,
     404: ErrorOut,
+    409: ErrorOut,
+    413: ErrorOut,
     422: ErrorOut,
+    503: ErrorOut,
 }
 
 

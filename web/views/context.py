@@ -5,6 +5,7 @@ from typing import Any
 
 from shared.context.render import render
 from shared.context.service import ContextOptions, assemble_context
+from shared.context.stack import ContextStack
 from shared.context.working_memory import put_working_memory
 from shared.sessions.service import load_session
 from web.auth import current_org
@@ -30,16 +31,16 @@ MAX_WORKING_MEMORY_BYTES = 16 * 1024
 def get_context(path: SessionPath) -> dict[str, Any]:
     """The context stack for the next turn, stable first (R1–R3), rendered for a provider."""
     rt = runtime()
-    options = ContextOptions(
-        window=rt.settings.window,
-        window_block=rt.settings.window_block,
-        window_mode=rt.settings.window_mode,
-        memory_token_budget=rt.settings.memory_token_budget,
-    )
+    options = ContextOptions.from_settings(rt.settings)
     with unit_of_work() as uow:
         stack = assemble_context(
             uow=uow, client=rt.redis, org_id=current_org(), session_id=path.sid, options=options
         )
+    return context_document(stack)
+
+
+def context_document(stack: ContextStack) -> dict[str, Any]:
+    """The JSON of a context stack, shared by this endpoint and the MCP `get_context` tool."""
     rendered = render(stack)
     layers = LayersOut.model_validate(
         {"stable": stack.stable, "semi_stable": stack.semi_stable, "volatile": stack.volatile}

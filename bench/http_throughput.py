@@ -1,0 +1,259 @@
+"""bench/http_throughput (P1): POST /messages against GET /healthz on the same server.
+
+The real server as a subprocess: gunicorn `web.app:create_app()` as the Procfile runs it
+(workers and threads are arguments), on the machine's PostgreSQL and Redis, with a
+real Celery broker: every 10th message of a topic enqueues a heartbeat evaluation
+(R26), and no worker runs, so those jobs pile up in the broker's `llm` queue (counted
+at the end, to show the web enqueued for real). Clients are threads in this process,
+each with one keep-alive connection (`http.client`) and a session of its own; each
+warms up, then all start together and send N requests each. Prints req/s, p50 and p99
+of both routes and their ratios (messages ÷ healthz).
+
+Both the clients and the server run on this machine, so they share its CPUs: read the
+numbers as a ratio on one machine, not as the server's capacity.
+
+    .venv/bin/python -m bench.http_throughput [--clients 32] [--requests 200]
+        [--workers 2] [--threads 8]
+
+The last line is machine-readable (`key=value` pairs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+
+from bench.common import (
+    BIN,
+    BenchEnv,
+    arguments,
+    bench_env,
+    machine,
+    percentile,
+    subprocess_running,
+    wait_until,
+)
+from shared.sessions.service import create_session
+from worker.app import LLM_QUEUE
+
+# A typical chat turn: a couple of sentences.
+CONTENT = (
+    "Let's keep the billing service on PostgreSQL 16 with Celery on Redis for retries;"
+    " invoices are in EUR and the migration deadline is March 3. Owner: Ada."
+)
+
+Request = Callable[[http.client.HTTPConnection, int], None]
+# What a keep-alive connection the server already closed raises. The request never
+# reached a worker (gunicorn closes only idle connections), so sending it again is safe.
+STALE = (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected)
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    latencies_ms: list[float]
+    elapsed_s: float
+    reconnects: int  # connections the server had closed, reopened (see STALE)
+
+    @property
+    def rps(self) -> float:
+        return len(self.latencies_ms) / self.elapsed_s
+
+    def p(self, share: float) -> float:
+        return percentile(self.latencies_ms, share)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def healthz(connection: http.client.HTTPConnection, _: int) -> None:
+    connection.request("GET", "/healthz")
+    _expect(connection, 200)
+
+
+def post_message(key: str, session_id: uuid.UUID) -> Request:
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    path = f"/agents-api/sessions/{session_id}/messages"
+
+    def post(connection: http.client.HTTPConnection, number: int) -> None:
+        role = "user" if number % 2 == 0 else "assistant"
+        body = json.dumps({"role": role, "content": f"{number}: {CONTENT}"})
+        connection.request("POST", path, body=body, headers=headers)
+        _expect(connection, 201)
+
+    return post
+
+
+def _expect(connection: http.client.HTTPConnection, status: int) -> None:
+    response = connection.getresponse()
+    payload = response.read()  # read it all, or the connection cannot be reused
+    if response.status != status:
+        raise RuntimeError(f"HTTP {response.status}: {payload[:300]!r}")
+
+
+def run_phase(
+    name: str, port: int, requests: list[Request], *, per_client: int, warmup: int
+) -> Phase:
+    """One thread and one keep-alive connection per client; all start together."""
+    start = threading.Barrier(len(requests) + 1)
+    latencies: list[list[float]] = [[] for _ in requests]
+    finished: list[float] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    reconnects = [0]
+
+    def send(connection: http.client.HTTPConnection, request: Request, number: int) -> None:
+        try:
+            request(connection, number)
+        except STALE:  # gunicorn closed it (idle past its keep-alive): as a client would, retry
+            connection.close()
+            with lock:
+                reconnects[0] += 1
+            request(connection, number)
+
+    def client(index: int, request: Request) -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        try:
+            for number in range(warmup):
+                send(connection, request, number)
+            start.wait()
+            # Waiting at the barrier may outlast gunicorn's keep-alive (2 s): start afresh.
+            connection.close()
+            connection.connect()
+            for number in range(warmup, warmup + per_client):
+                began = time.perf_counter()
+                send(connection, request, number)
+                latencies[index].append((time.perf_counter() - began) * 1000)
+        except BaseException as exc:
+            with lock:
+                errors.append(exc)
+            start.abort()
+        finally:
+            connection.close()
+            with lock:
+                finished.append(time.perf_counter())
+
+    threads = [
+        threading.Thread(target=client, args=(i, r), daemon=True) for i, r in enumerate(requests)
+    ]
+    for thread in threads:
+        thread.start()
+    with contextlib.suppress(threading.BrokenBarrierError):  # a client failed: see below
+        start.wait()
+    began = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise SystemExit(f"{name}: a client failed: {errors[0]!r}")
+    return Phase(
+        name, [ms for per in latencies for ms in per], max(finished) - began, reconnects[0]
+    )
+
+
+def make_sessions(env: BenchEnv, count: int) -> list[uuid.UUID]:
+    org_id = env.org_id()
+    with env.uow() as uow:
+        ids = [
+            create_session(
+                uow=uow, org_id=org_id, agent_id="bench", user_id=f"client-{i}"
+            ).session.id
+            for i in range(count)
+        ]
+        uow.commit()
+    return ids
+
+
+def server_answers(port: int) -> bool:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+    try:
+        healthz(connection, 0)
+        return True
+    except (OSError, RuntimeError, http.client.HTTPException):
+        return False
+    finally:
+        connection.close()
+
+
+def main() -> None:
+    parser = arguments(__doc__ or "")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--requests", type=int, default=200, help="per client and route")
+    parser.add_argument("--warmup", type=int, default=20, help="per client and route")
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn --workers")
+    parser.add_argument("--threads", type=int, default=8, help="gunicorn --threads")
+    args = parser.parse_args()
+    host = machine()
+    env = bench_env(args.admin_database_url)
+    sessions = make_sessions(env, args.clients)
+    port = free_port()
+    command = [
+        str(BIN / "gunicorn"), "--bind", f"127.0.0.1:{port}",
+        "--workers", str(args.workers), "--threads", str(args.threads),
+        "--access-logfile", "-", "web.app:create_app()",
+    ]  # fmt: skip
+    with subprocess_running(command, env.process_environment()) as server:
+        wait_until(lambda: server_answers(port), timeout_s=60, what="gunicorn", process=server)
+        health = run_phase(
+            "GET /healthz", port, [healthz] * args.clients,
+            per_client=args.requests, warmup=args.warmup,
+        )  # fmt: skip
+        messages = run_phase(
+            "POST /agents-api/sessions/{id}/messages", port,
+            [post_message(env.org_key, s) for s in sessions],
+            per_client=args.requests, warmup=args.warmup,
+        )  # fmt: skip
+        server.check_alive("gunicorn")
+    posted = args.clients * (args.requests + args.warmup)
+    waiting = redis.Redis.from_url(env.broker_url).llen(LLM_QUEUE)
+
+    print(
+        f"bench/http_throughput: gunicorn 'web.app:create_app()' --workers {args.workers}"
+        f" --threads {args.threads}; {args.clients} keep-alive clients x {args.requests}"
+        f" requests (after {args.warmup} warm-up) per route"
+    )
+    print(f"  machine: {host} (clients and server share it)")
+    print(f"  {'route':<42} {'req/s':>9} {'p50 ms':>9} {'p99 ms':>9} {'reconnects':>11}")
+    for phase in (health, messages):
+        print(
+            f"  {phase.name:<42} {phase.rps:9.1f} {phase.p(0.5):9.2f} {phase.p(0.99):9.2f}"
+            f" {phase.reconnects:>11}"
+        )
+    ratios = {
+        "rps": messages.rps / health.rps,
+        "p50": messages.p(0.5) / health.p(0.5),
+        "p99": messages.p(0.99) / health.p(0.99),
+    }
+    print(
+        f"  {'ratio messages ÷ healthz':<42} {ratios['rps']:9.3f} {ratios['p50']:9.2f}"
+        f" {ratios['p99']:9.2f}"
+    )
+    print(
+        f"  heartbeat jobs waiting in the broker's '{LLM_QUEUE}' queue (no worker runs):"
+        f" {waiting} for {posted} messages in {args.clients} topics"
+    )
+    print(
+        f"http_throughput workers={args.workers} threads={args.threads} clients={args.clients}"
+        f" healthz_rps={health.rps:.1f} healthz_p50_ms={health.p(0.5):.2f}"
+        f" healthz_p99_ms={health.p(0.99):.2f} messages_rps={messages.rps:.1f}"
+        f" messages_p50_ms={messages.p(0.5):.2f} messages_p99_ms={messages.p(0.99):.2f}"
+        f" rps_ratio={ratios['rps']:.3f} p50_ratio={ratios['p50']:.2f}"
+        f" p99_ratio={ratios['p99']:.2f} broker_jobs={waiting}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,267 @@
+"""bench/worker_pool (P4): summaries per second of an `llm` worker against an LLM that
+takes 1 s a call, for several pool configurations, against the ideal concurrency ÷ latency.
+
+For each configuration: N = rounds x concurrency closed topics are prepared (a session,
+six messages, the topic closed by opening the next one; their SUMMARIZE_TOPIC jobs are
+held back), then a real `celery -A worker.main worker --queues llm` subprocess starts
+with that pool and first summarizes one untimed warm-up topic per pool slot; then the
+jobs are sent to the real Redis broker, and the time runs from the first send to the
+last summary written (the audit rows' finish time, after polling
+topics.summarized_through_id until every topic has one). The LLM is the tests'
+OpenAI-compatible server (tests/llm_server.py) in this process, answering a valid
+summary after `--latency` seconds, reached through the real `openai` client
+(DRIFTLESS_LLM=openai). The memory column is the PSS of the worker's process tree
+after the run (shared pages split among the processes that share them).
+
+    .venv/bin/python -m bench.worker_pool [--configs threads:16 prefork ...] [--rounds 4]
+
+A configuration is `<pool>[:<concurrency>[:<prefetch multiplier>]]`; the default
+concurrency is the CPU count, as Celery's, and the default prefetch multiplier the
+app's (1, worker/app.py). The last line is machine-readable (`key=value` pairs per config).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import uuid
+from dataclasses import dataclass
+
+import psutil
+from celery import Celery
+from sqlalchemy import func, select
+
+from bench.common import (
+    BIN,
+    SUMMARY_ANSWER,
+    BenchEnv,
+    Subprocess,
+    arguments,
+    bench_env,
+    machine,
+    subprocess_running,
+    wait_until,
+)
+from shared.config import Settings
+from shared.db.uow import UnitOfWork
+from shared.evaluations.models import Evaluation
+from shared.queue import SUMMARIZE_TOPIC, Job, RecordingQueue
+from shared.sessions.service import create_session, post_message
+from shared.topics.models import Topic
+from shared.topics.service import open_topic
+from tests.llm_server import FakeOpenAI
+from worker.app import LLM_QUEUE, make_celery
+from worker.queue import CeleryJobQueue
+
+TURNS = [
+    ("user", "Let's settle the stack for the billing service before Friday."),
+    ("assistant", "Options: PostgreSQL or MongoDB for storage, Celery or cron for jobs."),
+    ("user", "We decided to use PostgreSQL; invoices need transactions and joins."),
+    ("assistant", "Agreed. PostgreSQL it is, with Alembic for migrations."),
+    ("user", "Celery with Redis for the retries. Never run cron on the web hosts."),
+    ("assistant", "Noted: Celery on Redis, no cron on web hosts. Deadline Friday."),
+]
+
+
+@dataclass(frozen=True)
+class Config:
+    pool: str
+    concurrency: int
+    prefetch: int | None = None  # --prefetch-multiplier; None: the app's (worker/app.py)
+
+    @classmethod
+    def parse(cls, text: str) -> Config:
+        pool, concurrency, prefetch = [*text.split(":"), "", ""][:3]
+        return cls(
+            pool,
+            int(concurrency) if concurrency else os.cpu_count() or 1,
+            int(prefetch) if prefetch else None,
+        )
+
+    @property
+    def arguments(self) -> list[str]:
+        prefetch = [] if self.prefetch is None else ["--prefetch-multiplier", str(self.prefetch)]
+        return ["--pool", self.pool, "--concurrency", str(self.concurrency), *prefetch]
+
+    @property
+    def label(self) -> str:
+        return " ".join(self.arguments)
+
+    @property
+    def key(self) -> str:
+        return f"{self.pool}{self.concurrency}" + (f"_pf{self.prefetch}" if self.prefetch else "")
+
+
+@dataclass(frozen=True)
+class Result:
+    config: Config
+    topics: int
+    elapsed_s: float
+    llm_calls: int
+    latency_s: float
+    memory_mib: float  # PSS of the worker and its pool processes, after the run
+
+    @property
+    def rate(self) -> float:
+        return self.topics / self.elapsed_s
+
+    @property
+    def ideal(self) -> float:
+        return self.config.concurrency / self.latency_s
+
+
+def closed_topics(env: BenchEnv, count: int) -> list[Job]:
+    """`count` topics closed with six messages each; their summary jobs, not yet sent."""
+    org_id = env.org_id()
+    with UnitOfWork(env.session_factory, RecordingQueue()) as uow:
+        for i in range(count):
+            view = create_session(uow=uow, org_id=org_id, agent_id="bench", user_id=f"u{i}")
+            for role, content in TURNS:
+                post_message(
+                    uow=uow, org_id=org_id, session_id=view.session.id, role=role, content=content
+                )
+            open_topic(uow=uow, org_id=org_id, session_id=view.session.id, title=None)
+        uow.commit()
+    jobs = [job for job in uow.sent if job.task == SUMMARIZE_TOPIC]
+    assert len(jobs) == count
+    return jobs
+
+
+def summarized(env: BenchEnv, topic_ids: list[uuid.UUID]) -> int:
+    with env.uow() as uow:
+        done = uow.session.scalar(
+            select(func.count()).where(
+                Topic.id.in_(topic_ids), Topic.summarized_through_id == Topic.last_message_id
+            )
+        )
+    return int(done or 0)
+
+
+def last_finish(env: BenchEnv, topic_ids: list[uuid.UUID]) -> dt.datetime:
+    with env.uow() as uow:
+        finished = uow.session.scalar(
+            select(func.max(Evaluation.finished_at)).where(Evaluation.topic_id.in_(topic_ids))
+        )
+    assert finished is not None
+    return finished
+
+
+def memory_of(pid: int) -> float:
+    """Proportional set size (shared pages split among sharers) of a process tree, MiB."""
+    root = psutil.Process(pid)
+    processes = [root, *root.children(recursive=True)]
+    return sum(p.memory_full_info().pss for p in processes) / 2**20
+
+
+def worker_answers(app: Celery, name: str) -> bool:
+    replies = app.control.ping(destination=[name], timeout=0.5)
+    return bool(replies)
+
+
+def run(
+    env: BenchEnv, app: Celery, fake: FakeOpenAI, config: Config, *, rounds: int, latency_s: float
+) -> Result:
+    warmup = closed_topics(env, config.concurrency)
+    jobs = closed_topics(env, rounds * config.concurrency)
+    topic_ids = [uuid.UUID(job.kwargs["topic_id"]) for job in jobs]
+    name = f"bench-{config.pool}-{config.concurrency}-{uuid.uuid4().hex[:6]}@localhost"
+    command = [
+        str(BIN / "celery"), "-A", "worker.main", "worker", "--queues", LLM_QUEUE,
+        *config.arguments, "--hostname", name,
+        "--loglevel", "WARNING", "--without-gossip", "--without-mingle",
+    ]  # fmt: skip
+    environment = env.process_environment(
+        DRIFTLESS_LLM="openai",
+        OPENAI_BASE_URL=fake.base_url,
+        OPENAI_API_KEY="x",
+        DRIFTLESS_DB_POOL_SIZE=str(max(5, config.concurrency)),
+    )
+    with subprocess_running(command, environment) as worker:
+        wait_until(lambda: worker_answers(app, name), timeout_s=60, what=name, process=worker)
+        queue = CeleryJobQueue(app)
+        # One untimed summary per pool slot first: a long-lived worker has its connections,
+        # its LLM client and its children's imports done before the work we time.
+        send_and_wait(
+            env, queue, warmup, worker, what=f"{config.label}: warm-up", per_job_s=latency_s
+        )
+        calls_before = fake.calls
+        started = dt.datetime.now(dt.UTC)
+        send_and_wait(
+            env, queue, jobs, worker, what=f"{config.label}: summaries", per_job_s=latency_s
+        )
+        memory_mib = memory_of(worker.process.pid)
+    elapsed = (last_finish(env, topic_ids) - started).total_seconds()
+    return Result(config, len(jobs), elapsed, fake.calls - calls_before, latency_s, memory_mib)
+
+
+def send_and_wait(
+    env: BenchEnv,
+    queue: CeleryJobQueue,
+    jobs: list[Job],
+    worker: Subprocess,
+    *,
+    what: str,
+    per_job_s: float,
+) -> None:
+    """Send the summary jobs, then wait until every one of their topics is summarized."""
+    topic_ids = [uuid.UUID(job.kwargs["topic_id"]) for job in jobs]
+    for job in jobs:
+        queue.send(job)
+    wait_until(
+        lambda: summarized(env, topic_ids) == len(topic_ids),
+        timeout_s=60 + 3 * len(jobs) * per_job_s,  # even one at a time
+        what=what,
+        process=worker,
+    )
+
+
+def main() -> None:
+    parser = arguments(__doc__ or "")
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        default=["threads:8", "threads:16", "threads:32", "prefork", "prefork:16"],
+        help="<pool>[:<concurrency>[:<prefetch multiplier>]] (concurrency: the CPU count)",
+    )
+    parser.add_argument("--rounds", type=int, default=4, help="summaries per pool slot")
+    parser.add_argument("--latency", type=float, default=1.0, help="seconds per LLM call")
+    args = parser.parse_args()
+    host = machine()
+    env = bench_env(args.admin_database_url)
+    app = make_celery(
+        Settings(database_url=env.database_url, redis_url=env.redis_url, broker_url=env.broker_url)
+    )
+    results = []
+    with FakeOpenAI() as fake:
+        fake.slow(args.latency, SUMMARY_ANSWER)
+        for text in args.configs:
+            config = Config.parse(text)
+            results.append(run(env, app, fake, config, rounds=args.rounds, latency_s=args.latency))
+            print(f"  ran {config.label}: {results[-1].rate:.2f} summaries/s", flush=True)
+
+    print(
+        f"bench/worker_pool: celery -A worker.main worker --queues {LLM_QUEUE}; LLM (FakeOpenAI)"
+        f" answers after {args.latency:g} s; {args.rounds} summaries per pool slot"
+    )
+    print(f"  machine: {host}")
+    header = (
+        f"{'worker options':<62}{'topics':>7}{'time s':>8}{'summ/s':>8}{'ideal':>8}{'effic.':>8}"
+    )
+    print(f"  {header}{'LLM calls':>10}{'PSS MiB':>9}")
+    for r in results:
+        print(
+            f"  {r.config.label:<62}{r.topics:>7}{r.elapsed_s:>8.2f}{r.rate:>8.2f}{r.ideal:>8.2f}"
+            f"{r.rate / r.ideal:>8.0%}{r.llm_calls:>10}{r.memory_mib:>9.0f}"
+        )
+    print(
+        "worker_pool "
+        + " ".join(
+            f"{r.config.key}_per_s={r.rate:.2f} {r.config.key}_efficiency={r.rate / r.ideal:.3f}"
+            f" {r.config.key}_pss_mib={r.memory_mib:.0f}"
+            for r in results
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""Prometheus metrics of domain events, counted where they happen (web or worker).
+
+Each process exports its own registry: the web at `/metrics`, the worker on its metrics
+port (prometheus-client's multiprocess mode sums a prefork worker's children). A change
+that belongs to a transaction is counted with `count_on_commit`, so a rolled-back
+transaction counts nothing and a retried one counts once.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+from sqlalchemy import event
+from sqlalchemy.orm import Session, SessionTransaction
+
+LLM_CALLS = Counter(
+    "driftless_llm_calls_total",
+    "LLM calls by model, purpose (summarize, detect_drift) and outcome (ok, error)",
+    ["model", "purpose", "outcome"],
+)
+LLM_TOKENS = Counter(
+    "driftless_llm_tokens_total",
+    "Tokens of answered LLM calls by model, purpose and kind (prompt, completion)",
+    ["model", "purpose", "kind"],
+)
+# From a local server's milliseconds to a slow provider's minutes (the task limit is 300 s).
+LLM_SECONDS = Histogram(
+    "driftless_llm_call_seconds",
+    "Wall time of an LLM call, the client's own retries included",
+    ["model", "purpose"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300),
+)
+FALLBACKS = Counter(
+    "driftless_fallbacks_total",
+    "Answers replaced by a fallback: a summary from the first user message, or no drift",
+    ["call", "reason"],
+)
+MEMORY_CHANGES = Counter(
+    "driftless_memory_changes_total",
+    "Committed curation changes (promoted, demoted, deprecated, undeprecated) by actor",
+    ["change", "actor"],
+)
+FORKS = Counter("driftless_forks_total", "Silent forks committed (R6)")
+DEBOUNCE = Counter(
+    "driftless_debounce_triggers_total",
+    "Evaluation triggers by trigger and debounce outcome (scheduled, coalesced, suppressed,"
+    " dropped)",
+    ["trigger", "outcome"],
+)
+
+
+def record_llm_call(
+    *,
+    model: str,
+    purpose: str,
+    seconds: float,
+    prompt_tokens: int = 0,
+    completion_tokens: int = 0,
+    failed: bool = False,
+) -> None:
+    """One LLM call: its outcome, its latency and (when answered) its tokens."""
+    LLM_CALLS.labels(model, purpose, "error" if failed else "ok").inc()
+    LLM_SECONDS.labels(model, purpose).observe(seconds)
+    if not failed:
+        LLM_TOKENS.labels(model, purpose, "prompt").inc(prompt_tokens)
+        LLM_TOKENS.labels(model, purpose, "completion").inc(completion_tokens)
+
+
+# --- counting what a transaction did, once it committed ------------------------------
+
+_PENDING = "driftless_metrics_pending"
+
+
+def count_on_commit(session: Session, counter: Counter, amount: float = 1) -> None:
+    """Increment `counter` when the session's transaction commits; never if it does not."""
+    session.info.setdefault(_PENDING, []).append((counter, amount))
+
+
+@event.listens_for(Session, "after_commit")
+def _count_committed(session: Session) -> None:
+    for counter, amount in session.info.pop(_PENDING, []):
+        counter.inc(amount)
+
+
+@event.listens_for(Session, "after_transaction_end")
+def _forget_uncommitted(session: Session, transaction: SessionTransaction) -> None:
+    # after_commit has already run for a committed transaction; whatever is left here was
+    # rolled back or abandoned (a unit of work closed without commit).
+    if transaction.parent is None:
+        session.info.pop(_PENDING, None)

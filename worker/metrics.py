@@ -1,0 +1,186 @@
+"""The worker's Prometheus metrics: jobs by task, queue lag, and the exporter.
+
+A prefork worker runs its tasks in child processes, so the counts live in
+prometheus-client's multiprocess files (PROMETHEUS_MULTIPROC_DIR, which worker/main.py
+sets before prometheus_client is first imported) and the worker's main process serves
+their sum on DRIFTLESS_WORKER_METRICS_PORT. The threads and solo pools are one process
+and work the same way. Beat never serves: the server starts on `celeryd_init`, which
+only `celery worker` sends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from celery import Task
+from celery.signals import (
+    celeryd_init,
+    task_failure,
+    task_postrun,
+    task_prerun,
+    task_retry,
+    task_success,
+    worker_process_shutdown,
+)
+from prometheus_client import CollectorRegistry, Counter, Histogram, multiprocess
+from prometheus_client import start_http_server as _start_http_server
+
+from shared.queue import FIRE_DEBOUNCE
+
+log = logging.getLogger(__name__)
+
+# Custom message headers, set by CeleryJobQueue.send: when the job was handed to the
+# broker, and when it became due (that plus its countdown). Lag runs from the latter.
+ENQUEUED_AT_HEADER = "driftless_enqueued_at"
+DUE_AT_HEADER = "driftless_due_at"
+
+JOBS_ENQUEUED = Counter(
+    "driftless_jobs_enqueued_total", "Jobs handed to the broker, by task", ["task"]
+)
+JOBS_SEND_FAILED = Counter(
+    "driftless_jobs_send_failed_total",
+    "Jobs the broker refused (after a commit the reconciler re-enqueues them)",
+    ["task"],
+)
+JOBS_SUCCEEDED = Counter("driftless_jobs_succeeded_total", "Tasks that returned", ["task"])
+JOBS_FAILED = Counter(
+    "driftless_jobs_failed_total", "Tasks that raised (retries exhausted, or not retryable)",
+    ["task"],
+)  # fmt: skip
+JOBS_RETRIED = Counter("driftless_jobs_retried_total", "Task runs that asked a retry", ["task"])
+TASK_SECONDS = Histogram(
+    "driftless_task_seconds",
+    "Run time of a task, start to finish",
+    ["task"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+)
+QUEUE_LAG = Histogram(
+    "driftless_queue_lag_seconds",
+    "From when a job became due (enqueued + countdown) to when a worker started it",
+    ["queue"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+)
+DEBOUNCE_FIRES = Counter(
+    "driftless_debounce_fires_total",
+    "Fire jobs of a trigger burst by result (fire: evaluation sent; wait: re-scheduled;"
+    " stale: another job already fired)",
+    ["status"],
+)
+
+
+def job_headers(countdown: float | None) -> dict[str, float]:
+    """The headers CeleryJobQueue puts on a message (wall-clock seconds). Beat's periodic
+    jobs carry none, so they are not in the lag histogram."""
+    enqueued_at = time.time()
+    return {ENQUEUED_AT_HEADER: enqueued_at, DUE_AT_HEADER: enqueued_at + (countdown or 0.0)}
+
+
+# --- task signals ---------------------------------------------------------------------
+
+_started: dict[str, float] = {}  # task id -> perf_counter at task_prerun
+
+
+def _header(task: Task, name: str) -> float | None:
+    request = task.request
+    value = (getattr(request, "headers", None) or {}).get(name, getattr(request, name, None))
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):  # someone else's message: no lag to measure
+        return None
+
+
+def _queue_of(task: Task) -> str:
+    delivery_info = getattr(task.request, "delivery_info", None) or {}
+    return str(delivery_info.get("routing_key") or delivery_info.get("exchange") or "unknown")
+
+
+def _on_prerun(task_id: str, task: Task, **_: Any) -> None:
+    _started[task_id] = time.perf_counter()
+    # A retry carries its first message's headers along; its wait is the backoff, not lag.
+    if task.request.retries:
+        return
+    due_at = _header(task, DUE_AT_HEADER)
+    if due_at is not None:
+        # Clocks of sender and worker may differ a little; never report negative lag.
+        QUEUE_LAG.labels(_queue_of(task)).observe(max(0.0, time.time() - due_at))
+
+
+def _on_postrun(task_id: str, task: Task, retval: Any = None, **_: Any) -> None:
+    started = _started.pop(task_id, None)
+    if started is not None:
+        TASK_SECONDS.labels(task.name).observe(time.perf_counter() - started)
+    if task.name == FIRE_DEBOUNCE and isinstance(retval, str):
+        DEBOUNCE_FIRES.labels(retval).inc()
+
+
+def _on_success(sender: Task, **_: Any) -> None:
+    JOBS_SUCCEEDED.labels(sender.name).inc()
+
+
+def _on_failure(sender: Task, **_: Any) -> None:
+    JOBS_FAILED.labels(sender.name).inc()
+
+
+def _on_retry(sender: Task, **_: Any) -> None:
+    JOBS_RETRIED.labels(sender.name).inc()
+
+
+def connect_task_signals() -> None:
+    """Count every task this process runs (idempotent: signals are global, apps are many)."""
+    task_prerun.connect(_on_prerun, weak=False, dispatch_uid="driftless-metrics-prerun")
+    task_postrun.connect(_on_postrun, weak=False, dispatch_uid="driftless-metrics-postrun")
+    task_success.connect(_on_success, weak=False, dispatch_uid="driftless-metrics-success")
+    task_failure.connect(_on_failure, weak=False, dispatch_uid="driftless-metrics-failure")
+    task_retry.connect(_on_retry, weak=False, dispatch_uid="driftless-metrics-retry")
+
+
+# --- the exporter (the worker's main process only) -------------------------------------
+
+
+def multiprocess_registry() -> CollectorRegistry:
+    """A registry that sums the files every process of this worker wrote."""
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    return registry
+
+
+def start_exporter(port: int, *, addr: str = "0.0.0.0") -> bool:
+    """Serve the worker's metrics on `port`; False (and a log line) when it cannot."""
+    if port == 0:
+        return False
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        log.error("worker metrics are off: PROMETHEUS_MULTIPROC_DIR is not set")
+        return False
+    try:
+        _start_http_server(port, addr=addr, registry=multiprocess_registry())
+    except OSError as exc:
+        # Metrics are not worth a dead worker: two workers on one host share a port.
+        log.error("worker metrics could not listen on port %d: %s", port, exc)
+        return False
+    log.info(
+        "worker metrics on http://%s:%d/metrics (PROMETHEUS_MULTIPROC_DIR=%s)",
+        addr, port, os.environ["PROMETHEUS_MULTIPROC_DIR"],
+    )  # fmt: skip
+    return True
+
+
+def _on_worker_init(sender: Any = None, instance: Any = None, **_: Any) -> None:
+    settings = instance.app.driftless.settings
+    start_exporter(settings.worker_metrics_port)
+
+
+def _on_process_shutdown(pid: int | None = None, **_: Any) -> None:
+    # Live gauges of a dead child must go; its counters stay in the sum, as they should.
+    if pid is not None and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.mark_process_dead(pid)
+
+
+def connect_exporter_signals() -> None:
+    """Start the exporter with `celery worker` (never with beat); tidy after dead children."""
+    celeryd_init.connect(_on_worker_init, weak=False, dispatch_uid="driftless-metrics-exporter")
+    worker_process_shutdown.connect(
+        _on_process_shutdown, weak=False, dispatch_uid="driftless-metrics-process-shutdown"
+    )
