@@ -30,8 +30,12 @@ KUBERNETES_VERSIONS = ("1.33", "1.37")
 EXAMPLE_SECRET = "secret.example.yaml"
 # Read by the processes or by KEDA, though not settings of shared/config.py.
 OTHER_VARIABLES = {"PROMETHEUS_MULTIPROC_DIR", "LOG_LEVEL", "REDIS_PASSWORD"}
-# The Procfile's name of each process, from the workload's component label.
-PROCESS_OF_COMPONENT = {"migrate": "release"}
+# The Procfile's name of each process, from the workload's component label. The
+# Procfile's one `worker` (CONTRACT.md: all queues) runs as one Deployment per queue, so
+# each queue scales on its own length.
+PROCESS_OF_COMPONENT = {"migrate": "release", "worker-llm": "worker", "worker-fast": "worker"}
+# What a per-queue worker may set differently from the Procfile's worker.
+PER_QUEUE_OPTIONS = ("--hostname", "--queues", "--pool", "--concurrency")
 # The redis (lists) scaler's metadata, https://keda.sh/docs/latest/scalers/redis-lists/
 REDIS_SCALER_METADATA = {
     "address", "host", "port", "listName", "listLength", "activationListLength",
@@ -98,6 +102,27 @@ def _procfile() -> dict[str, list[str]]:
 
 
 PROCFILE = _procfile()
+
+
+def _common_part(command: list[str]) -> list[str]:
+    """A command without the options a per-queue worker chooses for itself."""
+    kept, skip = [], False
+    for word in command:
+        if skip:
+            skip = False
+        elif word in PER_QUEUE_OPTIONS:
+            skip = True
+        else:
+            kept.append(word)
+    return kept
+
+
+def _runs_as(command: list[str], process: str, env: dict[str, str]) -> bool:
+    """`command` is the Procfile's `process`, or (a worker) the same bar its per-queue options."""
+    expected = [_expand(word, env) for word in PROCFILE[process]]
+    if process == "worker":
+        return _common_part(command) == _common_part(expected)
+    return command == expected
 
 
 def _queues(command: list[str]) -> set[str]:
@@ -224,8 +249,9 @@ def test_every_procfile_process_runs_in_kubernetes_with_the_same_command() -> No
         processes.append(process)
         env = _env(container)
         in_kubernetes = [_expand(word, env) for word in container["command"]]
-        assert in_kubernetes == [_expand(word, env) for word in PROCFILE[process]], process
-    assert sorted(processes) == sorted(PROCFILE)  # each one once
+        assert _runs_as(in_kubernetes, process, env), process
+    assert set(processes) == set(PROCFILE)
+    assert sorted(processes) == sorted([*PROCFILE, "worker"])  # one worker per queue
 
 
 def test_the_migration_job_runs_db_upgrade() -> None:
@@ -387,11 +413,11 @@ def _compose_value(value: str) -> str:
 def test_compose_runs_every_procfile_process_with_the_same_command() -> None:
     services = _compose()["services"]
     ours = {name: s for name, s in services.items() if s.get("image") == "driftless:local"}
-    names = {PROCESS_OF_COMPONENT.get(name, name): name for name in ours}
-    assert set(names) == set(PROCFILE)
-    for process, service in names.items():
-        expected = [_expand(word, {"PORT": "8000"}) for word in PROCFILE[process]]
-        assert ours[service]["command"] == expected, process
+    assert {PROCESS_OF_COMPONENT.get(name, name) for name in ours} == set(PROCFILE)
+    for name, service in ours.items():
+        process = PROCESS_OF_COMPONENT.get(name, name)
+        command = [_expand(word, {"PORT": "8000"}) for word in service["command"]]
+        assert _runs_as(command, process, {"PORT": "8000"}), name
     beats = [s for s in ours.values() if _is_beat(s["command"])]
     assert len(beats) == 1 and "deploy" not in beats[0]  # no replicas: exactly one
 
