@@ -86,9 +86,12 @@ def make_celery(settings: Settings, *, endpoints: Endpoints | None = None) -> Ce
         # Results live in PostgreSQL (topics, evaluation rows); no result backend traffic.
         task_ignore_result=True,
         result_backend=None,
-        # When the broker connection drops, late-ack tasks would be redelivered anyway;
-        # cancel them rather than let two copies run.
-        worker_cancel_long_running_tasks_on_connection_loss=True,
+        # When the broker connection drops, let running tasks finish. Cancelling them
+        # (True) would avoid a second copy after redelivery, but every task is idempotent
+        # (a watermark under a row lock: a copy costs at most an LLM call), and with
+        # celery 5.7 the cancel path ended the whole worker on a Redis restart
+        # (tests/faults/test_redis_restart.py).
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         broker_connection_retry_on_startup=True,
         # Fail fast when the broker is down: the web's send must not hang a request.
         broker_connection_timeout=2,
