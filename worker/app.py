@@ -18,10 +18,12 @@ from shared.queue import (
     SWEEP_IDLE,
 )
 from shared.runtime import Endpoints, resolve_endpoints
+from worker.broker import TRANSPORT
 from worker.context import WorkerContext
 from worker.logs import connect_task_context
 from worker.metrics import connect_task_signals
 
+REDIS_SCHEMES = ("redis://", "rediss://")
 LLM_QUEUE = "llm"
 FAST_QUEUE = "fast"
 
@@ -58,6 +60,8 @@ def make_celery(settings: Settings, *, endpoints: Endpoints | None = None) -> Ce
     app = Celery("driftless", set_as_current=False, include=["worker.tasks"])
     app.conf.update(
         broker_url=endpoints.broker_url,
+        # Redis brokers get a transport that survives a Redis restart mid-job (broker.py).
+        broker_transport=TRANSPORT if endpoints.broker_url.startswith(REDIS_SCHEMES) else None,
         # Routing by task name keeps web (which only sends by name) and worker in step.
         # Each queue gets its own exchange and key. Left implicit, both queues bind to the
         # default exchange with the same key; an AMQP broker (CELERY_BROKER_URL may be

@@ -39,15 +39,8 @@ READ_EVERY = 4
 TRIGGERS = ["navigation", "visibility", "disconnect", "manual"]
 EVALUATE_STATUSES = {"scheduled", "coalesced", "suppressed", "dropped"}
 LLM_DELAY_S = 0.5
-# celery 5.7.0 (with kombu 5.7.0) ends the worker when the broker connection drops while
-# a late-ack job is running: on_connection_error_after_connected() collect()s the
-# connection (detaching its transport) and then close()s it, and closing the channel, or
-# later acking the job, reaches kombu's Redis _connparams() with a None client.
-CELERY_BROKER_LOSS_BUG = (
-    "the worker exited on the broker connection loss (celery 5.7.0: 'Unrecoverable error:"
-    " AttributeError(\"'NoneType' object has no attribute 'hostname'\")'); see 'Known"
-    " failures' in the README's fault suite section"
-)
+# Without worker/broker.py's transport, celery 5.7 / kombu 5.7 end the worker when the
+# broker connection drops while a late-ack job runs (both tests below caught it).
 SUMMARY = '{"title": "Load", "summary": "A topic of the load test.", "include_in_memory": false}'
 
 
@@ -158,9 +151,6 @@ def test_redis_restart_under_load_loses_no_message_and_the_worker_resumes(
     # The same worker and beat: topics closed while Redis was down (their jobs lost)
     # are recovered by the reconciler, and a topic closed now is summarized by its job.
     assert beat.alive() and web.alive()
-    if not worker.alive() and "Unrecoverable error" in worker.output():
-        report(f"Redis killed with {in_flight_at_kill} jobs in flight: the worker EXITED")
-        pytest.xfail(CELERY_BROKER_LOSS_BUG)
     assert worker.alive(), worker.tail()
     session = api.new_session(agent="after-restart")
     assert api.post_message(session["id"], "After the restart").status == 201
@@ -191,7 +181,6 @@ def test_redis_restart_under_load_loses_no_message_and_the_worker_resumes(
 
 
 @pytest.mark.faults
-@pytest.mark.xfail(strict=True, reason=CELERY_BROKER_LOSS_BUG)
 def test_a_job_in_flight_when_redis_restarts_does_not_end_the_worker(
     processes: Processes, private_redis: PrivateRedis, fresh_database: str, fake_llm: FakeOpenAI
 ) -> None:
