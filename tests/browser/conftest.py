@@ -244,7 +244,9 @@ def api(live_server: LiveServer, console_key: str) -> Api:
 # --- the browser ----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API keeps an asyncio loop marked running
+# in this thread until it stops, and later tests (the MCP client's anyio.run) need none.
+@pytest.fixture(scope="module")
 def playwright_driver() -> Iterator[Any]:
     from playwright.sync_api import expect, sync_playwright
 
