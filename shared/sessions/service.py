@@ -105,16 +105,18 @@ def append_message(
     uow.session.add(message)
     uow.session.flush()
     counter = Topic.tool_message_count if role == "tool" else Topic.message_count
+    # RETURNING refreshes `topic` in the same round trip (populate_existing); the
+    # message's server defaults came back with its INSERT.
     uow.session.execute(
         update(Topic)
         .where(Topic.id == topic.id)
         .values({counter: counter + 1, Topic.last_message_id: message.id})
-    )
+        .returning(Topic),
+        execution_options={"populate_existing": True},
+    ).scalar_one()
     uow.session.execute(
         update(ChatSession).where(ChatSession.id == session.id).values(last_activity_at=func.now())
     )
-    uow.session.refresh(topic)
-    uow.session.refresh(message)
     return message
 
 
