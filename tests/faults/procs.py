@@ -63,6 +63,21 @@ def driftless_env(**values: str) -> dict[str, str]:
     return env
 
 
+def system_env(*, database_url: str, redis_url: str, llm_url: str, **values: str) -> dict[str, str]:
+    """driftless_env for a whole system on one Redis (data and broker) and the fake LLM,
+    with a 2 s reconcile period so lost work comes back within a test's patience."""
+    return driftless_env(
+        DATABASE_URL=database_url,
+        REDIS_URL=redis_url,
+        CELERY_BROKER_URL=redis_url,
+        DRIFTLESS_LLM="openai",
+        OPENAI_API_KEY="test",
+        OPENAI_BASE_URL=llm_url,
+        DRIFTLESS_RECONCILE_S="2",
+        **values,
+    )
+
+
 @dataclass
 class Child:
     """One spawned process (the leader of its own process group) and its log file."""

@@ -28,8 +28,8 @@ from tests.faults.procs import (
     PrivatePostgres,
     PrivateRedis,
     Processes,
-    driftless_env,
     free_port,
+    system_env,
     wait_until,
 )
 from tests.llm_server import FakeOpenAI, Reply
@@ -85,14 +85,10 @@ def test_postgres_restart_answers_503_meanwhile_and_the_same_processes_recover(
     database_url = services.recreate_database(private_postgres.admin_url, "driftless")
     upgrade(database_url)
     fake_llm.answer_with(lambda body: Reply(SUMMARY, delay_s=LLM_DELAY_S))
-    env = driftless_env(
-        DATABASE_URL=database_url,
-        REDIS_URL=private_redis.url,
-        CELERY_BROKER_URL=private_redis.url,
-        DRIFTLESS_LLM="openai",
-        OPENAI_API_KEY="test",
-        OPENAI_BASE_URL=fake_llm.base_url,
-        DRIFTLESS_RECONCILE_S="2",
+    env = system_env(
+        database_url=database_url,
+        redis_url=private_redis.url,
+        llm_url=fake_llm.base_url,
     )
     port = free_port()
     web = processes.web(env, port, wait=False)

@@ -28,7 +28,7 @@ from tests.faults.db import (
 )
 from tests.faults.http import Api, is_unavailable
 from tests.faults.load import Call, Fault, Load
-from tests.faults.procs import PrivateRedis, Processes, driftless_env, free_port, wait_until
+from tests.faults.procs import PrivateRedis, Processes, free_port, system_env, wait_until
 from tests.llm_server import FakeOpenAI, Reply
 
 POSTERS = 4
@@ -75,14 +75,10 @@ def test_redis_restart_under_load_loses_no_message_and_the_worker_resumes(
 ) -> None:
     # Slow enough that jobs are always in the middle of an LLM call when Redis dies.
     fake_llm.answer_with(lambda body: Reply(SUMMARY, delay_s=LLM_DELAY_S))
-    env = driftless_env(
-        DATABASE_URL=fresh_database,
-        REDIS_URL=private_redis.url,
-        CELERY_BROKER_URL=private_redis.url,
-        DRIFTLESS_LLM="openai",
-        OPENAI_API_KEY="test",
-        OPENAI_BASE_URL=fake_llm.base_url,
-        DRIFTLESS_RECONCILE_S="2",
+    env = system_env(
+        database_url=fresh_database,
+        redis_url=private_redis.url,
+        llm_url=fake_llm.base_url,
         DRIFTLESS_DEBOUNCE_MS="200",
     )
     port = free_port()
@@ -186,14 +182,10 @@ def test_a_job_in_flight_when_redis_restarts_does_not_end_the_worker(
 ) -> None:
     """The quiet case the load test rarely hits: one summary mid-call, nothing else."""
     fake_llm.answer_with(lambda body: Reply(SUMMARY, delay_s=2.0))
-    env = driftless_env(
-        DATABASE_URL=fresh_database,
-        REDIS_URL=private_redis.url,
-        CELERY_BROKER_URL=private_redis.url,
-        DRIFTLESS_LLM="openai",
-        OPENAI_API_KEY="test",
-        OPENAI_BASE_URL=fake_llm.base_url,
-        DRIFTLESS_RECONCILE_S="2",
+    env = system_env(
+        database_url=fresh_database,
+        redis_url=private_redis.url,
+        llm_url=fake_llm.base_url,
     )
     port = free_port()
     web = processes.web(env, port, workers=1, wait=False)

@@ -21,7 +21,7 @@ import pytest
 from tests.faults.conftest import new_api_key, report
 from tests.faults.db import evaluations_per_topic, messages_of, org_of, topics_of
 from tests.faults.http import Api
-from tests.faults.procs import PrivateRedis, Processes, driftless_env, free_port, wait_until
+from tests.faults.procs import PrivateRedis, Processes, free_port, system_env, wait_until
 from tests.llm_server import FakeOpenAI, Reply
 
 SESSIONS = 10
@@ -67,15 +67,11 @@ def test_kill_9_mid_summary_every_topic_summarized_exactly_once(
     processes: Processes, private_redis: PrivateRedis, fresh_database: str, fake_llm: FakeOpenAI
 ) -> None:
     fake_llm.answer_with(lambda body: Reply(summary_of_tokens(body), delay_s=LLM_DELAY_S))
-    env = driftless_env(
-        DATABASE_URL=fresh_database,
-        REDIS_URL=private_redis.url,
-        CELERY_BROKER_URL=private_redis.url,
-        DRIFTLESS_LLM="openai",
-        OPENAI_API_KEY="test",
-        OPENAI_BASE_URL=fake_llm.base_url,
+    env = system_env(
+        database_url=fresh_database,
+        redis_url=private_redis.url,
+        llm_url=fake_llm.base_url,
         DRIFTLESS_LLM_TIMEOUT_S="10",
-        DRIFTLESS_RECONCILE_S="2",
     )
     port = free_port()
     # Started side by side: each spends seconds importing.
