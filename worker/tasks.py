@@ -49,7 +49,11 @@ def _within_quota(task: Task) -> Iterator[None]:
     try:
         yield
     except RateLimited as exc:
-        raise task.retry(exc=exc, countdown=exc.retry_after_s) from exc
+        # Not out of the database-retry budget (max_retries): quota pressure passes, and
+        # the job waits as long as it takes rather than being dropped.
+        raise task.retry(
+            exc=exc, countdown=exc.retry_after_s, max_retries=task.request.retries + 1
+        ) from exc
 
 
 @shared_task(
@@ -92,16 +96,18 @@ def reconcile(self: Task) -> dict[str, int]:
     """Beat, every DRIFTLESS_RECONCILE_S: re-enqueue work whose job was lost (counts per kind)."""
     context = context_of(self.app)
     settings = context.settings
+    claims = Claims(context.redis, ttl_s=settings.reconcile_s * RECONCILE_CLAIM_PERIODS)
     with unit_of_work(self.app) as uow:
         reconciled = reconcile_lost_work(
             uow=uow,
             cache=MemoryCache(context.redis),
-            claims=Claims(context.redis, ttl_s=settings.reconcile_s * RECONCILE_CLAIM_PERIODS),
+            claims=claims,
             now=dt.datetime.now(dt.UTC),
             grace=dt.timedelta(seconds=settings.reconcile_s),
             drift_interval=settings.drift_interval,
         )
         uow.commit()  # nothing written: this sends the jobs
+    claims.record_sent(uow.sent)  # a job the broker refused stays unclaimed
     return reconciled.as_dict()
 
 

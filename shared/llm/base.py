@@ -59,7 +59,14 @@ class Completion:
 
 
 class LLMError(Exception):
-    """The call failed entirely: after the client's own retries, or past its time limit."""
+    """The call failed entirely: after the client's own retries, or past its time limit.
+
+    `retryable`: another attempt may succeed (a timeout, a dropped connection, 429, 5xx).
+    """
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
 
 
 class LLM(Protocol):

@@ -8,7 +8,13 @@ from shared.config import Settings
 from shared.llm.base import LLM
 from shared.llm.local_provider import LocalProvider
 from shared.llm.openai_provider import OpenAIProvider
-from shared.llm.ratelimit import Limits, RateLimitedLLM, TokenBucket, bucket_name
+from shared.llm.ratelimit import (
+    DEFAULT_MAX_WAIT_S,
+    Limits,
+    RateLimitedLLM,
+    TokenBucket,
+    bucket_name,
+)
 
 
 def make_llm(settings: Settings, *, redis_client: redis.Redis | None = None) -> LLM:
@@ -20,15 +26,25 @@ def make_llm(settings: Settings, *, redis_client: redis.Redis | None = None) -> 
     """
     if settings.llm_provider != "openai":
         return LocalProvider()
+    limits = Limits(rpm=settings.llm_rpm, tpm=settings.llm_tpm)
+    limited = redis_client is not None and limits.enabled
     provider = OpenAIProvider(
         api_key=settings.openai_api_key,
         base_url=settings.openai_base_url,
         model=settings.llm_model,
         timeout_s=settings.llm_timeout_s,
-        max_retries=settings.llm_max_retries,
+        # Under the limit every attempt must take from the bucket, so the wrapper retries.
+        max_retries=0 if limited else settings.llm_max_retries,
     )
-    limits = Limits(rpm=settings.llm_rpm, tpm=settings.llm_tpm)
     if redis_client is None or not limits.enabled:
         return provider
     name = bucket_name(provider="openai", base_url=settings.openai_base_url, model=provider.model)
-    return RateLimitedLLM(provider, TokenBucket(redis_client, name=name, limits=limits))
+    bucket = TokenBucket(redis_client, name=name, limits=limits)
+    return RateLimitedLLM(provider, bucket, retries=settings.llm_max_retries)
+
+
+def longest_llm_call_s(settings: Settings) -> float:
+    """How long one LLM call can take, by its own bounds: every attempt may wait out the
+    rate limit and then its full timeout. The threads pool enforces no Celery time limit,
+    so this (not task_time_limit) is what a stopping llm worker must wait for."""
+    return (settings.llm_max_retries + 1) * (settings.llm_timeout_s + DEFAULT_MAX_WAIT_S)

@@ -21,6 +21,9 @@ from shared.metrics import record_llm_call
 
 log = logging.getLogger(__name__)
 
+# Failures another attempt may fix; the rest (400, 401, 404...) would fail again.
+TRANSIENT = (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError)
+
 # Local servers need no key, but the client refuses to start without one.
 NO_API_KEY = "unused"
 MAX_REASON_CHARS = 300
@@ -108,7 +111,7 @@ class OpenAIProvider:
             reason = _reason(exc, timeout_s=self.timeout_s, max_retries=self.max_retries)
             log.warning("LLM %s call to model %s failed: %s", purpose, self.model, reason)
             self._record(purpose, started, failed=True)
-            raise LLMError(reason) from exc
+            raise LLMError(reason, retryable=isinstance(exc, TRANSIENT)) from exc
         if not response.choices:
             self._record(purpose, started, failed=True)
             raise LLMError(f"the {purpose} answer had no choices")

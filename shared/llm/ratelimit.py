@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from shared.llm.base import LLM, Completion, DriftRequest, SummaryRequest
+from shared.llm.base import LLM, Completion, DriftRequest, LLMError, SummaryRequest
 from shared.llm.prompts import drift_messages, summary_messages
 from shared.tokens import approx_tokens
 
@@ -121,6 +121,8 @@ DRIFT_COMPLETION_TOKENS = 128
 TOKENS_PER_MESSAGE = 4
 # Spreads waiters that computed the same wait, so they do not all retry at one instant.
 WAIT_JITTER_S = 0.05
+# First pause before retrying a transient provider failure; doubles each attempt.
+RETRY_BACKOFF_S = 0.5
 
 
 class RateLimited(Exception):
@@ -251,10 +253,15 @@ class RateLimitedLLM:
         bucket: TokenBucket,
         *,
         max_wait_s: float = DEFAULT_MAX_WAIT_S,
+        retries: int = 0,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.inner = inner
+        # The retries of transient failures, each one charged to the bucket: the inner
+        # provider must not retry on its own (make_llm builds it with max_retries=0), or
+        # its retries would be requests the fleet never counted.
+        self.retries = retries
         self.model = inner.model
         self.bucket = bucket
         self.max_wait_s = max_wait_s
@@ -298,9 +305,18 @@ class RateLimitedLLM:
             self._sleep(wait_s + random.uniform(0, WAIT_JITTER_S))
 
     def _call(self, call: Callable[[], Completion], estimate: int) -> Completion:
-        self.acquire(estimate)
-        # A call that fails keeps its estimate charged: the provider may have counted it.
-        completion = call()
+        attempt = 0
+        while True:
+            self.acquire(estimate)
+            # A call that fails keeps its estimate charged: the provider may have counted it.
+            try:
+                completion = call()
+                break
+            except LLMError as exc:
+                if not exc.retryable or attempt == self.retries:
+                    raise
+            self._sleep(RETRY_BACKOFF_S * 2**attempt + random.uniform(0, WAIT_JITTER_S))
+            attempt += 1
         used = completion.usage.prompt_tokens + completion.usage.completion_tokens
         if used > 0:  # 0: the provider reported no usage, the estimate stands
             try:

@@ -67,9 +67,16 @@ def read_transcript(
             select(Message).where(*in_topic).order_by(Message.id).limit(HEAD_MESSAGES)
         )
     ]
-    # No head although the counters say there were messages: retention purged them.
     if total_messages <= HEAD_MESSAGES or not head:
-        return SummaryRequest(lines=head, notes=notes)
+        # Fewer rows than the counters say: retention purged the older ones, and the
+        # previous summary is all that is left of them.
+        purged = max(0, total_messages - len(head))
+        return SummaryRequest(
+            lines=head,
+            notes=notes,
+            omitted=purged,
+            previous_summary=previous_summary if purged else None,
+        )
     budget = MAX_TRANSCRIPT_CHARS - sum(_size(line) for line in head) - len(notes or "")
     tail: list[TranscriptLine] = []
     newest_first = uow.session.scalars(

@@ -60,27 +60,49 @@ class Reconciled:
         return asdict(self)
 
 
+# The reconcile jobs whose items are claimed once sent, by the kind named in the key.
+CLAIM_KINDS = {SUMMARIZE_TOPIC: "summary", EVALUATE_TOPIC: "evaluation"}
+
+
 class Claims:
-    """Redis claims on re-enqueued work: `SET NX EX`, so within `ttl_s` each item is
-    asked for once even when its job sits in a long queue. Without Redis every item
-    is claimed (a duplicate job is harmless; a missing one is what we are here for)."""
+    """Redis claims on re-enqueued work: an item whose job was sent within `ttl_s` is not
+    asked for again, even while that job sits in a long queue. A claim is recorded only
+    once its job really went out (after the commit), so a failed send leaves the item
+    free for the next run. Without Redis nothing counts as claimed (a duplicate job is
+    harmless; a missing one is what we are here for)."""
 
     def __init__(self, client: redis.Redis, ttl_s: int) -> None:
         self._redis = client
         self._ttl_s = ttl_s
 
-    def claim(self, kind: str, ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+    @staticmethod
+    def _key(kind: str, item: uuid.UUID | str) -> str:
+        return f"driftless:reconcile:{kind}:{{{item}}}"
+
+    def unclaimed(self, kind: str, ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
         if not ids:
             return []
         try:
             with self._redis.pipeline(transaction=False) as pipe:
                 for item in ids:
-                    pipe.set(f"driftless:reconcile:{kind}:{{{item}}}", 1, nx=True, ex=self._ttl_s)
+                    pipe.exists(self._key(kind, item))
                 claimed = pipe.execute()
         except redis.RedisError:
             log.warning("reconcile claims unavailable; re-enqueueing without them")
             return list(ids)
-        return [item for item, ok in zip(ids, claimed, strict=True) if ok]
+        return [item for item, taken in zip(ids, claimed, strict=True) if not taken]
+
+    def record_sent(self, jobs: Sequence[Job]) -> None:
+        """Claim the items of the reconcile jobs that went out."""
+        try:
+            with self._redis.pipeline(transaction=False) as pipe:
+                for job in jobs:
+                    if job.task in CLAIM_KINDS:
+                        key = self._key(CLAIM_KINDS[job.task], job.kwargs["topic_id"])
+                        pipe.set(key, 1, ex=self._ttl_s)
+                pipe.execute()
+        except redis.RedisError:
+            log.warning("reconcile claims unavailable; the next run may enqueue again")
 
 
 def closed_topics_awaiting_summary(
@@ -172,13 +194,14 @@ def reconcile_lost_work(
     limit: int = RECONCILE_LIMIT,
 ) -> Reconciled:
     """Enqueue again (after the caller's commit) what PostgreSQL shows was lost, and drop
-    stale cached memory blocks right away (the check already holds the cache)."""
-    summaries = claims.claim(
+    stale cached memory blocks right away (the check already holds the cache). The caller
+    passes what its commit sent to `claims.record_sent`."""
+    summaries = claims.unclaimed(
         "summary", closed_topics_awaiting_summary(uow=uow, closed_before=now - grace, limit=limit)
     )
     for topic_id in summaries:
         uow.enqueue(Job(SUMMARIZE_TOPIC, {"topic_id": str(topic_id), "trigger": "reconcile"}))
-    evaluations = claims.claim(
+    evaluations = claims.unclaimed(
         "evaluation",
         heartbeats_never_evaluated(
             uow=uow, quiet_since=now - grace, interval=drift_interval, limit=limit

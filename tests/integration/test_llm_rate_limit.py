@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shared.config import Settings
 from shared.db.uow import UnitOfWork
-from shared.llm.base import SummaryRequest, TranscriptLine
+from shared.llm.base import LLMError, SummaryRequest, TranscriptLine
 from shared.llm.factory import make_llm
 from shared.llm.local_provider import LocalProvider
 from shared.llm.openai_provider import OpenAIProvider
@@ -272,6 +272,47 @@ def test_an_unreachable_limiter_fails_closed(fake_openai: FakeOpenAI, bucket_nam
     with pytest.raises(RateLimited):
         llm.summarize(REQUEST)
     assert fake_openai.calls == 0
+
+
+@pytest.mark.parametrize(
+    ("replies", "calls", "error"),
+    [
+        ([Reply(status=429), Reply(status=500), Reply(content=ANSWER)], 3, None),
+        ([Reply(status=503)] * 3, 3, "retryable"),  # the retries run out
+        ([Reply(status=400), Reply(content=ANSWER)], 1, "final"),  # another try won't help
+    ],
+)
+def test_every_attempt_takes_from_the_bucket_so_retries_count_against_the_quota(
+    fake_openai: FakeOpenAI,
+    redis_url: str,
+    bucket_name: str,
+    replies: list[Reply],
+    calls: int,
+    error: str | None,
+) -> None:
+    fake_openai.queue(*replies)
+    limits = Limits(rpm=6, tpm=0, burst_s=600)  # 60 requests, refilling ~0.5 a minute
+    llm = limited(
+        fake_openai.base_url, redis_url, bucket_name, limits, retries=2, sleep=lambda _: None
+    )
+    if error is None:
+        assert llm.summarize(REQUEST).text == ANSWER
+    else:
+        with pytest.raises(LLMError) as raised:
+            llm.summarize(REQUEST)
+        assert raised.value.retryable is (error == "retryable")
+    assert fake_openai.calls == calls
+    level = llm.bucket.levels().request_level
+    assert limits.request_capacity - calls <= level < limits.request_capacity - calls + 0.5
+
+
+def test_under_a_limit_the_provider_leaves_retrying_to_the_bucket(
+    fake_openai: FakeOpenAI, redis_url: str
+) -> None:
+    settings = settings_for(fake_openai, llm_rpm=60)
+    llm = make_llm(settings, redis_client=redis.Redis.from_url(redis_url))
+    assert isinstance(llm, RateLimitedLLM) and isinstance(llm.inner, OpenAIProvider)
+    assert llm.inner.max_retries == 0 and llm.retries == settings.llm_max_retries == 2
 
 
 def settings_for(fake: FakeOpenAI, **limits: int) -> Settings:

@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from shared.auth.service import create_api_key, org_for_key
 from shared.config import Settings
 from shared.curation.rules import KEEP_SET_BY_USER
+from shared.db.engine import make_engine, make_session_factory
 from shared.db.uow import UnitOfWork
 from shared.queue import INVALIDATE_MEMORY, RecordingQueue
 from shared.sessions.service import create_session
@@ -464,3 +465,12 @@ def test_streamable_http_authenticates_each_request_by_bearer_key(
     assert payload(mine)["ok"] is True
     assert payload(theirs)["error"] == {"code": "not_found", "message": f"session {sid} not found"}
     assert [r.tool_name for r in committed_tool_messages(committed_factory, sid)] == ["notes"] * 2
+
+
+def test_streamable_http_answers_503_when_the_database_is_down(settings: Settings) -> None:
+    # Nothing listens on port 1: the key check in the SDK's middleware cannot connect.
+    dead = make_session_factory(
+        make_engine("postgresql://postgres@127.0.0.1:1/driftless", pool_timeout=1)
+    )
+    with serving_http(rt_over(settings, dead, RecordingQueue())) as url:
+        assert post_status(url, {"Authorization": "Bearer dl_any"}) == 503

@@ -23,7 +23,14 @@ from shared.evaluations.pipeline import evaluate_topic
 from shared.llm.local_provider import LocalProvider
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
-from shared.queue import EVALUATE_TOPIC, INVALIDATE_MEMORY, SUMMARIZE_TOPIC, Job, RecordingQueue
+from shared.queue import (
+    EVALUATE_TOPIC,
+    INVALIDATE_MEMORY,
+    SUMMARIZE_TOPIC,
+    Job,
+    JobQueue,
+    RecordingQueue,
+)
 from shared.sessions.models import ChatSession
 from shared.summaries.service import summarize_topic
 from shared.topics.fork import fork_topic, record_fork
@@ -53,6 +60,13 @@ class LosingQueue(RecordingQueue):
         self.lost.append(job)
 
 
+class RefusingQueue(RecordingQueue):
+    """The broker is down: every send raises (after the commit, as in production)."""
+
+    def send(self, job: Job) -> None:
+        raise ConnectionError("broker unreachable")
+
+
 @pytest.fixture
 def queue() -> LosingQueue:
     """Overrides conftest's: the app and `uow` commit, and their jobs vanish."""
@@ -71,16 +85,18 @@ def reconcile(session_factory: sessionmaker[Session], redis_client: redis.Redis)
     """One beat run at `now` (default: two reconcile periods from now); the jobs it sent."""
     claims = Claims(redis_client, ttl_s=300)
 
-    def run(now: dt.datetime | None = None) -> tuple[Reconciled, list[Job]]:
-        sent = RecordingQueue()
-        with UnitOfWork(session_factory, sent) as uow:
+    def run(
+        now: dt.datetime | None = None, queue: JobQueue | None = None
+    ) -> tuple[Reconciled, list[Job]]:
+        with UnitOfWork(session_factory, queue or RecordingQueue()) as uow:
             reconciled = reconcile_lost_work(
                 uow=uow, cache=MemoryCache(redis_client), claims=claims,
                 now=now or dt.datetime.now(dt.UTC) + 2 * GRACE, grace=GRACE,
                 drift_interval=INTERVAL,
             )  # fmt: skip
             uow.commit()
-        return reconciled, sent.sent
+        claims.record_sent(uow.sent)
+        return reconciled, uow.sent
 
     return run
 
@@ -127,6 +143,22 @@ def test_a_closed_topic_whose_summary_job_was_lost_is_summarized_again_once(
         assert uuid.UUID(topic_id) not in closed_topics_awaiting_summary(
             uow=uow, closed_before=later
         )
+
+
+def test_a_reconcile_job_the_broker_refused_is_asked_for_again_by_the_next_run(
+    client: FlaskClient, auth: dict[str, str], queue: LosingQueue, reconcile: Any
+) -> None:
+    session = new_session(client, auth)
+    post_message(client, auth, session["id"], "We agreed to ship on Friday.")
+    client.post(f"/agents-api/sessions/{session['id']}/topics", json={}, headers=auth)
+    topic_id = session["activeTopicId"]
+
+    _, jobs = reconcile(queue=RefusingQueue())  # still down while reconciling
+    assert jobs == []
+    _, jobs = reconcile()  # the next run: not held back by a claim for a job never sent
+    assert jobs_for(jobs, topic_id) == [
+        Job(SUMMARIZE_TOPIC, {"topic_id": topic_id, "trigger": "reconcile"})
+    ]
 
 
 def test_nothing_lost_means_nothing_enqueued(

@@ -25,7 +25,9 @@ from shared.memory.scope import Scope
 from shared.queue import PURGE_IDLE_SESSIONS, SUMMARIZE_TOPIC, Job, RecordingQueue
 from shared.retention.service import Purged, purge_idle_sessions
 from shared.summaries.service import summarize_topic
+from shared.summaries.transcript import HEAD_MESSAGES, read_transcript
 from shared.topics.fork import fork_topic, record_fork
+from shared.topics.models import Topic
 from tests.helpers import new_session, post_message
 from worker.app import TASK_ROUTES, beat_schedule
 
@@ -283,6 +285,30 @@ def test_a_purged_topic_resummarized_under_a_new_prompt_keeps_its_summary(
     assert (after["title"], after["summary"], after["memoryState"]) == (
         before["title"], before["summary"], "promoted",
     )  # fmt: skip
+
+
+def test_a_short_topic_resumed_after_its_purge_is_summarized_with_its_previous_summary(
+    client: FlaskClient, auth: dict[str, str], session_factory: sessionmaker[Session],
+    connection: Connection, purge: Any,
+) -> None:  # fmt: skip
+    """The purged messages live on only in the summary: the next one must build on it."""
+    session = summarized_session(client, auth, session_factory)
+    go_idle(connection, session["id"])
+    purge()
+    resumed = [post_message(client, auth, session["id"], "Back again.")]
+    with UnitOfWork(session_factory, RecordingQueue()) as uow:
+        topic = uow.session.get(Topic, uuid.UUID(session["second"]))
+        assert topic is not None and topic.summary
+        total = topic.message_count + topic.tool_message_count
+        assert total <= HEAD_MESSAGES  # short: the whole topic would fit in one request
+        request = read_transcript(
+            uow=uow, topic_id=topic.id, through_id=resumed[-1]["id"],
+            total_messages=total, notes=None,
+            previous_summary=topic.summary,
+        )  # fmt: skip
+    assert [line.id for line in request.lines] == [m["id"] for m in resumed]
+    assert request.previous_summary == topic.summary
+    assert request.omitted == total - 1
 
 
 def test_a_run_walks_past_sessions_waiting_for_a_summary_and_stops_at_its_cap(

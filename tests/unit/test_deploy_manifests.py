@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from shared.config import ENVIRONMENT, ConfigError, load_settings
+from shared.llm.factory import longest_llm_call_s
 from worker.app import LLM_TASK_TIME_LIMIT_S, TASK_ROUTES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -339,7 +340,13 @@ def test_autoscaled_deployments_leave_replicas_to_their_one_autoscaler() -> None
 
 def test_llm_workers_get_time_to_finish_a_call_before_they_are_killed() -> None:
     llm = _named("Deployment", "driftless-worker-llm")
-    assert llm["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > LLM_TASK_TIME_LIMIT_S
+    (container,) = _containers(llm)
+    settings = load_settings(
+        {**_named("ConfigMap", "driftless-config")["data"], **_example_secret(), **_env(container)}
+    )
+    # The threads pool ignores task_time_limit: a call ends by its own timeouts.
+    longest = max(LLM_TASK_TIME_LIMIT_S, longest_llm_call_s(settings))
+    assert llm["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > longest
 
 
 # --- containers ---------------------------------------------------------------------
@@ -351,7 +358,8 @@ def test_probes_match_what_each_process_serves() -> None:
         command = container["command"]
         if command[0] == "gunicorn":
             assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-            assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+            # Not /readyz: a shared dependency's outage must not empty the Service.
+            assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
         elif _is_worker(command):
             # The worker's own Prometheus endpoint, on the port it is told to serve.
             probe = container["livenessProbe"]["httpGet"]

@@ -25,7 +25,10 @@ from mcp.types import (
     TextContent,
 )
 from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 
 from shared.errors import DomainError
 from shared.tools.definitions import BUILT_IN_TOOL_NAMES
@@ -122,9 +125,24 @@ def http_app(rt: McpRuntime, *, host: str, port: int, path: str = "/mcp") -> Sta
     # resource server with our own keys, not OAuth: no metadata routes are mounted (no
     # resource_server_url), and issuer_url, required by the model, is never served.
     auth = AuthSettings(issuer_url=f"http://{host}:{port}", resource_server_url=None)
-    return server.streamable_http_app(
+    app = server.streamable_http_app(
         streamable_http_path=path, host=host, auth=auth, token_verifier=ApiKeyVerifier(rt)
     )
+    # The key is checked in the SDK's middleware, outside every handler of its own: a
+    # database outage there would be a bare 500. Starlette routes middleware errors to
+    # the handler of Exception only.
+    app.add_exception_handler(Exception, _unhandled)
+    return app
+
+
+async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, OperationalError | PoolTimeout):
+        log.error("MCP request failed, the database is unavailable: %s", exc)
+        error = {"code": "unavailable", "message": "the database is unavailable; retry shortly"}
+        return JSONResponse({"error": error}, status_code=503)
+    log.error("MCP request failed", exc_info=exc)
+    error = {"code": "internal_error", "message": "an unexpected error occurred"}
+    return JSONResponse({"error": error}, status_code=500)
 
 
 def serve_http(rt: McpRuntime, *, host: str, port: int) -> None:
