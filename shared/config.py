@@ -73,7 +73,8 @@ class Settings(BaseModel):
     openai_base_url: str | None = None
     llm: Literal["openai", "local"] | None = None
     llm_model: str = Field(default=DEFAULT_LLM_MODEL, min_length=1)
-    # Per attempt; the openai client retries 429/5xx/timeouts itself with backoff.
+    # Per attempt. 429/5xx/timeouts are retried with backoff: by the openai client, or,
+    # under a rate limit, by RateLimitedLLM so that every attempt is charged (ratelimit.py).
     llm_timeout_s: float = Field(default=30.0, gt=0, le=600)
     llm_max_retries: int = Field(default=2, ge=0, le=10)
     debounce_ms: int = Field(default=2000, ge=0, le=600_000)
