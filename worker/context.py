@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.config import Settings
-from shared.db.engine import make_engine, make_session_factory
+from shared.db.engine import bound_transactions, make_engine, make_session_factory
 from shared.db.uow import UnitOfWork
 from shared.llm.base import LLM
 from shared.llm.factory import make_llm
@@ -24,6 +24,10 @@ from shared.triggers.debounce import Debouncer
 
 # Pools whose tasks run side by side in one process, sharing its engine.
 THREADED_POOLS = frozenset({"threads", "gevent", "eventlet"})
+# A worker transaction waits this long for a row lock, and runs a statement this long,
+# before it fails (and its task retries). Writers hold locks for milliseconds.
+LOCK_TIMEOUT_S = 30.0
+STATEMENT_TIMEOUT_S = 60.0
 
 
 class WorkerContext:
@@ -48,11 +52,17 @@ class WorkerContext:
 
     @cached_property
     def engine(self) -> Engine:
-        return make_engine(
+        engine = make_engine(
             self.endpoints.database_url,
             pool_size=self.pool_size,
             max_overflow=self.settings.db_max_overflow,
         )
+        # The threads pool enforces no Celery time limit: a task blocked on a row lock or
+        # a runaway statement would hold its thread for good. It fails and retries instead.
+        bound_transactions(
+            engine, lock_timeout_s=LOCK_TIMEOUT_S, statement_timeout_s=STATEMENT_TIMEOUT_S
+        )
+        return engine
 
     @cached_property
     def session_factory(self) -> sessionmaker[Session]:

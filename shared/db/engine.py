@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 # Waiting longer than this for a pooled connection is an error naming the pool, not a
@@ -49,3 +49,22 @@ def make_engine(
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:
     # expire_on_commit=False: services return ORM objects that views serialize after commit.
     return sessionmaker(bind=engine, expire_on_commit=False)
+
+
+def bound_transactions(
+    engine: Engine, *, lock_timeout_s: float, statement_timeout_s: float
+) -> None:
+    """Every transaction of `engine` gives up on a row lock or a statement after these.
+
+    Set per transaction (SET LOCAL), not per connection: a PgBouncer in transaction mode
+    hands the server connection to someone else after each transaction, and refuses the
+    startup `options` that would set them for good. A timeout is an OperationalError,
+    which the tasks retry.
+    """
+
+    @event.listens_for(engine, "begin")
+    def _bound(connection: Connection) -> None:
+        connection.exec_driver_sql(
+            f"SET LOCAL lock_timeout = '{int(lock_timeout_s * 1000)}ms';"
+            f" SET LOCAL statement_timeout = '{int(statement_timeout_s * 1000)}ms'"
+        )
