@@ -28,9 +28,6 @@ REQUESTS = Counter(
     "driftless_http_requests_total", "HTTP requests by route and status", ["route", "status"]
 )
 LATENCY = Histogram("driftless_http_request_seconds", "HTTP request latency by route", ["route"])
-EXIT_TRIGGERS = Counter(
-    "driftless_exit_triggers_total", "Exit triggers by trigger and answer", ["trigger", "status"]
-)
 
 
 def _exposition() -> bytes:

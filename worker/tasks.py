@@ -7,6 +7,7 @@ import datetime as dt
 import logging
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 from celery import Task, shared_task
 from redis.exceptions import RedisError
@@ -41,6 +42,14 @@ log = logging.getLogger(__name__)
 # bug to surface, not to loop on. The fleet's LLM quota being used up (RateLimited) is
 # retried too, after the wait the shared bucket named (see _within_quota).
 RETRYABLE = (OperationalError, PoolTimeout)
+# The two LLM-bound tasks: retried with backoff (capped at a minute) on RETRYABLE errors.
+LLM_TASK_OPTIONS: dict[str, Any] = {
+    "bind": True,
+    "autoretry_for": RETRYABLE,
+    "retry_backoff": True,
+    "retry_backoff_max": 60,
+    "max_retries": 8,
+}
 
 
 @contextlib.contextmanager
@@ -56,14 +65,7 @@ def _within_quota(task: Task) -> Iterator[None]:
         ) from exc
 
 
-@shared_task(
-    name=SUMMARIZE_TOPIC,
-    bind=True,
-    autoretry_for=RETRYABLE,
-    retry_backoff=True,
-    retry_backoff_max=60,
-    max_retries=8,
-)
+@shared_task(name=SUMMARIZE_TOPIC, **LLM_TASK_OPTIONS)
 def summarize_topic(self: Task, topic_id: str, trigger: str = "topic_closed") -> str:
     """Summarize one topic; a repeat for an unchanged topic makes no LLM call, writes nothing."""
     with _within_quota(self):
@@ -125,14 +127,7 @@ def purge_idle_sessions(self: Task) -> dict[str, int]:
     return purged.as_dict()
 
 
-@shared_task(
-    name=EVALUATE_TOPIC,
-    bind=True,
-    autoretry_for=RETRYABLE,
-    retry_backoff=True,
-    retry_backoff_max=60,
-    max_retries=8,
-)
+@shared_task(name=EVALUATE_TOPIC, **LLM_TASK_OPTIONS)
 def evaluate_topic(self: Task, topic_id: str, trigger: str) -> str:
     """Drift detection, then a silent fork or an in-place refresh (R30); arms R28's guard."""
     context = context_of(self.app)

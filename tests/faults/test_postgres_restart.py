@@ -91,11 +91,7 @@ def test_postgres_restart_answers_503_meanwhile_and_the_same_processes_recover(
         llm_url=fake_llm.base_url,
     )
     port = free_port()
-    web = processes.web(env, port, wait=False)
-    beat = processes.beat(env, wait=False)
-    worker = processes.worker(env, wait=False)
-    for child in (web, beat, worker):
-        child.wait_ready()
+    web, beat, worker = processes.system(env, port)
     web_workers = gunicorn_workers(web.pid)
     key = new_api_key(database_url)
     api = Api(port, key, timeout_s=20)

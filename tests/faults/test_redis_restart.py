@@ -82,11 +82,7 @@ def test_redis_restart_under_load_loses_no_message_and_the_worker_resumes(
         DRIFTLESS_DEBOUNCE_MS="200",
     )
     port = free_port()
-    web = processes.web(env, port, wait=False)
-    beat = processes.beat(env, wait=False)
-    worker = processes.worker(env, wait=False)
-    for child in (web, beat, worker):
-        child.wait_ready()
+    web, beat, worker = processes.system(env, port)
     key = new_api_key(fresh_database)
     api = Api(port, key)
 

@@ -74,12 +74,7 @@ def test_kill_9_mid_summary_every_topic_summarized_exactly_once(
         DRIFTLESS_LLM_TIMEOUT_S="10",
     )
     port = free_port()
-    # Started side by side: each spends seconds importing.
-    web = processes.web(env, port, workers=1, wait=False)
-    beat = processes.beat(env, wait=False)
-    worker = processes.worker(env, pool="threads", concurrency=4, wait=False)
-    for child in (web, beat, worker):
-        child.wait_ready()
+    *_, worker = processes.system(env, port, web_workers=1)
     key = new_api_key(fresh_database)
     api = Api(port, key)
     closed = post_conversations(api)

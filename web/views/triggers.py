@@ -4,7 +4,6 @@ from typing import Any
 
 from shared.triggers.service import request_evaluation
 from web.auth import current_org
-from web.metrics import EXIT_TRIGGERS
 from web.runtime import runtime, unit_of_work
 from web.schemas import EvaluateIn, EvaluateOut, SessionPath, dump
 from web.views.common import api_blueprint
@@ -21,5 +20,4 @@ def evaluate(path: SessionPath, body: EvaluateIn) -> tuple[dict[str, Any], int]:
             uow=uow, debouncer=rt.debouncer, queue=rt.queue, org_id=current_org(),
             session_id=path.sid, trigger=body.trigger,
         )  # fmt: skip
-    EXIT_TRIGGERS.labels(body.trigger, status).inc()
     return dump(EvaluateOut(status=status)), 202
