@@ -77,10 +77,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 class TriggerLog:
-    """WSGI middleware: records every `POST .../sessions/<sid>/evaluate` the server gets.
+    """WSGI middleware: records every `POST .../sessions/<sid>/evaluate` the server answered.
 
     Requests a page sends while it unloads (keepalive) never reach Playwright's request
-    events, so the test asks the server what arrived.
+    events, so the test asks the server what arrived. A trigger is recorded once its
+    handler has run, so a test that waits for it knows the debounce has seen it.
     """
 
     def __init__(self, app: Any) -> None:
@@ -98,8 +99,10 @@ class TriggerLog:
                 trigger = json.loads(body).get("trigger")
             except (ValueError, AttributeError):
                 trigger = None
+            response = self.app(environ, start_response)
             with self._lock:
                 self._seen.append((path.rstrip("/").split("/")[-2], trigger))
+            return response
         return self.app(environ, start_response)
 
     def triggers(self, session_id: str) -> list[str | None]:
