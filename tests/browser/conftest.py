@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from celery.contrib.testing.worker import start_worker
 from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 from werkzeug.serving import make_server
@@ -33,6 +32,7 @@ from shared.facts.models import FactsDocument
 from shared.queue import RecordingQueue
 from tests.conftest import new_key
 from tests.e2e.conftest import celery_app  # noqa: F401  (a fixture)
+from tests.worker_thread import worker_thread
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -167,14 +167,9 @@ class LiveServer:
 
 @pytest.fixture(scope="module")
 def celery_worker(celery_app: Celery) -> Iterator[Any]:  # noqa: F811
-    """The real worker thread, as in tests/e2e, but stopped when this module ends.
-
-    Celery keeps a worker's state in module globals (celery.worker.state): two embedded
-    workers alive at once in one process (this one and tests/e2e's) break each other.
-    """
-    with start_worker(
-        celery_app, pool="threads", concurrency=4, perform_ping_check=False, shutdown_timeout=30
-    ) as worker:
+    """The real worker thread, as in tests/e2e, but stopped when this module ends
+    (two alive at once in one process break each other: see worker_thread)."""
+    with worker_thread(celery_app) as worker:
         yield worker
 
 

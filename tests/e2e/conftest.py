@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from celery.contrib.testing.worker import start_worker
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.config import Settings
 from tests.conftest import new_key
+from tests.worker_thread import worker_thread
 from worker.app import make_celery
 
 
@@ -22,12 +22,14 @@ def celery_app(settings: Settings) -> Celery:
     return make_celery(settings)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def celery_worker(celery_app: Celery) -> Iterator[Any]:
-    # threads: several jobs at once, as production runs them; no ping task (no result backend).
-    with start_worker(
-        celery_app, pool="threads", concurrency=4, perform_ping_check=False, shutdown_timeout=30
-    ) as worker:
+    """The real worker thread, shared by tests/e2e and stopped when that package ends.
+
+    Not session-wide: tests/integration/test_pgbouncer.py starts a worker thread of its
+    own, and two alive at once in one process break each other (see worker_thread).
+    """
+    with worker_thread(celery_app) as worker:
         yield worker
 
 

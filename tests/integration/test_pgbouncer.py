@@ -30,7 +30,6 @@ from typing import Any
 import psycopg2
 import pytest
 from alembic.script import ScriptDirectory
-from celery.contrib.testing.worker import start_worker
 from sqlalchemy.engine import make_url
 
 from shared.config import Settings
@@ -39,6 +38,7 @@ from tests import services
 from tests.conftest import new_key
 from tests.helpers import new_session, post_message, wait_for
 from tests.llm_server import FakeOpenAI
+from tests.worker_thread import worker_thread
 
 SERVER_POOL = 4  # PgBouncer's default_pool_size: server connections per database+user
 APP_THREADS = 16  # concurrent requests, each holding a client connection
@@ -278,11 +278,8 @@ def test_a_worker_behind_pgbouncer_summarizes_and_promotes(
     client = app.test_client()
     with (
         ServerConnections(services.admin_database_url(), migrated.database) as server,
-        start_worker(
-            celery_app, pool="threads", concurrency=4, perform_ping_check=False,
-            shutdown_timeout=30,
-        ),
-    ):  # fmt: skip
+        worker_thread(celery_app),
+    ):
         session = new_session(client, auth, agent="planner", user="ada")
         for i in range(6):
             role = "user" if i % 2 == 0 else "assistant"
