@@ -263,14 +263,24 @@ def test_the_beat_runs_retention_on_the_fast_queue_only_when_it_is_on(settings: 
     assert TASK_ROUTES[PURGE_IDLE_SESSIONS] == {"queue": "fast"}
 
 
-def test_a_purged_topic_resummarized_under_a_new_prompt_keeps_its_summary(
+@pytest.fixture
+def purged_session(
     client: FlaskClient, auth: dict[str, str], session_factory: sessionmaker[Session],
     connection: Connection, purge: Any,
-) -> None:  # fmt: skip
-    """`driftless reevaluate` after a prompt change: no LLM call on an empty transcript."""
+) -> dict[str, Any]:  # fmt: skip
+    """A summarized session left idle past the retention, then purged."""
     session = summarized_session(client, auth, session_factory)
     go_idle(connection, session["id"])
     purge()
+    return session
+
+
+def test_a_purged_topic_resummarized_under_a_new_prompt_keeps_its_summary(
+    client: FlaskClient, auth: dict[str, str], session_factory: sessionmaker[Session],
+    connection: Connection, purged_session: dict[str, Any],
+) -> None:  # fmt: skip
+    """`driftless reevaluate` after a prompt change: no LLM call on an empty transcript."""
+    session = purged_session
     before: Any = client.get(f"/agents-api/topics/{session['first']}", headers=auth).json
     connection.execute(
         text("UPDATE topics SET summary_prompt_version = 'v0', message_count = 500 WHERE id = :t"),
@@ -289,12 +299,10 @@ def test_a_purged_topic_resummarized_under_a_new_prompt_keeps_its_summary(
 
 def test_a_short_topic_resumed_after_its_purge_is_summarized_with_its_previous_summary(
     client: FlaskClient, auth: dict[str, str], session_factory: sessionmaker[Session],
-    connection: Connection, purge: Any,
+    purged_session: dict[str, Any],
 ) -> None:  # fmt: skip
     """The purged messages live on only in the summary: the next one must build on it."""
-    session = summarized_session(client, auth, session_factory)
-    go_idle(connection, session["id"])
-    purge()
+    session = purged_session
     resumed = [post_message(client, auth, session["id"], "Back again.")]
     with UnitOfWork(session_factory, RecordingQueue()) as uow:
         topic = uow.session.get(Topic, uuid.UUID(session["second"]))
