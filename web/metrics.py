@@ -15,14 +15,9 @@ import os
 import time
 
 from flask import Flask, Response, g, request
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Histogram,
-    generate_latest,
-    multiprocess,
-)
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+
+from shared.metrics_export import multiprocess_registry
 
 REQUESTS = Counter(
     "driftless_http_requests_total", "HTTP requests by route and status", ["route", "status"]
@@ -32,9 +27,7 @@ LATENCY = Histogram("driftless_http_request_seconds", "HTTP request latency by r
 
 def _exposition() -> bytes:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
-        return generate_latest(registry)
+        return generate_latest(multiprocess_registry())
     return generate_latest()
 
 

@@ -25,9 +25,10 @@ from celery.signals import (
     task_success,
     worker_process_shutdown,
 )
-from prometheus_client import CollectorRegistry, Counter, Histogram, multiprocess
+from prometheus_client import Counter, Histogram, multiprocess
 from prometheus_client import start_http_server as _start_http_server
 
+from shared.metrics_export import multiprocess_registry
 from shared.queue import FIRE_DEBOUNCE
 
 log = logging.getLogger(__name__)
@@ -138,13 +139,6 @@ def connect_task_signals() -> None:
 
 
 # --- the exporter (the worker's main process only) -------------------------------------
-
-
-def multiprocess_registry() -> CollectorRegistry:
-    """A registry that sums the files every process of this worker wrote."""
-    registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry)
-    return registry
 
 
 def start_exporter(port: int, *, addr: str = "0.0.0.0") -> bool:
