@@ -19,10 +19,10 @@ from pydantic.alias_generators import to_camel
 
 from shared.storable import storable
 
-# Scope ids come from the calling platform: printable, bounded, no surrounding blanks.
-ScopeId = Annotated[
-    str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True, pattern=r"^\S.*$")
-]
+# Scope ids come from the calling platform and are opaque (CONTRACT.md): kept exactly as
+# sent, whatever they hold (`:`, braces, spaces, any Unicode), bounded and not blank.
+# Stripping them would make " ada" and "ada" one scope.
+ScopeId = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"\S")]
 MAX_MESSAGE_CHARS = 100_000
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 
@@ -13,11 +16,19 @@ class Scope:
     agent_id: str
     user_id: str
 
-    @property
+    @cached_property
     def cache_tag(self) -> str:
-        """`agentId:userId:orgId` in braces: a Redis Cluster hash tag, so a scope's keys
-        share a slot and one Lua script may touch them all."""
-        return "{" + f"{self.agent_id}:{self.user_id}:{self.org_id}" + "}"
+        """The scope's Redis Cluster hash tag: its keys share a slot, so one Lua script may
+        touch them all.
+
+        agentId and userId are opaque strings (CONTRACT.md): joined with a separator,
+        agent `a:b` + user `c` and agent `a` + user `b:c` would be one key, and a `}`
+        would end the hash tag early. A JSON array encodes the tuple without ambiguity,
+        and hashing it keeps every character out of the key (nor does the key name the
+        user, which erasure relies on).
+        """
+        encoded = json.dumps([str(self.org_id), self.agent_id, self.user_id], ensure_ascii=False)
+        return "{" + hashlib.sha256(encoded.encode("utf-8", "surrogatepass")).hexdigest() + "}"
 
     def as_job_kwargs(self) -> dict[str, Any]:
         return {"org_id": str(self.org_id), "agent_id": self.agent_id, "user_id": self.user_id}
