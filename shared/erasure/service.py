@@ -25,6 +25,7 @@ from shared.notes.models import NotesDocument
 from shared.sessions.models import ChatSession, Message
 from shared.topics.forks import Fork
 from shared.topics.models import Topic
+from shared.topics.reconcile import forget_claims
 from shared.triggers.debounce import forget_topic
 
 
@@ -82,8 +83,10 @@ def erase_user(*, uow: UnitOfWork, scope: Scope) -> Erased:
 
 
 def forget_in_redis(client: redis.Redis, scope: Scope, erased: Erased) -> int:
-    """Drop the memory cache, working memory and debounce state of what was erased."""
-    MemoryCache(client).invalidate(scope)
-    removed = sum(forget_working_memory(client, session_id) for session_id in erased.session_ids)
+    """Drop every Redis key of what was erased: the scope's memory cache and its
+    generation, working memory, debounce state and guards, reconcile claims."""
+    removed = MemoryCache(client).forget(scope)
+    removed += sum(forget_working_memory(client, session_id) for session_id in erased.session_ids)
     removed += sum(forget_topic(client, topic_id) for topic_id in erased.topic_ids)
+    removed += forget_claims(client, erased.topic_ids)
     return removed

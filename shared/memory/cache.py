@@ -84,6 +84,14 @@ class MemoryCache:
         # A block cached before versions existed counts as older than any version.
         return [None if raw is None else int(json.loads(raw).get("version", -1)) for raw in raws]
 
+    def forget(self, scope: Scope) -> int:
+        """Delete the scope's keys, generation included (user erasure): afterwards no key
+        of this scope exists. Unlike `invalidate`, this leaves no generation behind, so
+        a reader that read PostgreSQL before the erasure committed could still cache
+        what it read, for at most BLOCK_TTL_S; the erasure commits first, so any reader
+        that starts after it finds nothing to cache."""
+        return int(self._redis.delete(*self._keys(scope)))
+
     def invalidate(self, scope: Scope) -> None:
         generation_key, block_key = self._keys(scope)
         with self._redis.pipeline(transaction=True) as pipe:

@@ -105,6 +105,16 @@ class Claims:
             log.warning("reconcile claims unavailable; the next run may enqueue again")
 
 
+def forget_claims(client: redis.Redis, topic_ids: Sequence[uuid.UUID]) -> int:
+    """Delete the claims on these topics (user erasure)."""
+    keys = [Claims._key(kind, item) for kind in CLAIM_KINDS.values() for item in topic_ids]
+    # One DEL a key: in a Redis Cluster a multi-key DEL must stay inside one slot.
+    with client.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.delete(key)
+        return sum(int(n) for n in pipe.execute())
+
+
 def closed_topics_awaiting_summary(
     *, uow: UnitOfWork, closed_before: dt.datetime, limit: int = RECONCILE_LIMIT
 ) -> Sequence[uuid.UUID]:

@@ -15,6 +15,8 @@ from shared.context.working_memory import get_working_memory
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
 from shared.memory.versions import MemoryVersion
+from shared.queue import EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
+from shared.topics.reconcile import Claims
 from shared.triggers.debounce import _keys
 from tests.conftest import new_key
 from tests.helpers import new_session, post_message
@@ -55,7 +57,7 @@ def test_erasing_a_user_removes_their_rows_and_redis_state_and_nothing_else(
     erased: Any = response.json
     assert erased["erased"] == {
         "sessions": 1, "topics": 2, "messages": 3, "notes": 1, "evaluations": 0,
-        "memoryChanges": 1, "forks": 0, "facts": 1, "redisKeys": 2,
+        "memoryChanges": 1, "forks": 0, "facts": 1, "redisKeys": 3,
     }  # fmt: skip
     assert client.get(f"/agents-api/sessions/{ada['id']}", headers=auth).status_code == 404
     assert client.get("/agents-api/facts?agentId=planner&userId=ada", headers=auth).json == {
@@ -79,6 +81,46 @@ def test_erasing_a_user_removes_their_rows_and_redis_state_and_nothing_else(
         assert set(versioned) == {"bob"}  # the memory version row names the user: gone too
     again = client.delete("/agents-api/agents/planner/users/ada", headers=auth).json
     assert again["erased"]["sessions"] == 0  # type: ignore[index]
+
+
+def _keys_naming(client: redis.Redis, scope: Scope, ids: list[str]) -> list[bytes]:
+    needles = [scope.cache_tag, scope.agent_id + ":" + scope.user_id, *ids]
+    return [key for key in client.scan_iter(count=1000) if any(n.encode() in key for n in needles)]
+
+
+def test_after_erasure_no_redis_key_names_the_user(
+    client: FlaskClient, auth: dict[str, str], redis_url: str
+) -> None:
+    """[2.1] item 7: the memory generation key outlived erasure, and erasure created it
+    even for a user who never had a cached block."""
+    client_redis = redis.Redis.from_url(redis_url)
+    ada = _fill(client, auth, "ada")
+    org_id = uuid.UUID(ada["orgId"])
+    topic_ids = [
+        t["id"]
+        for t in client.get(f"/agents-api/sessions/{ada['id']}", headers=auth).json["topics"]
+    ]  # type: ignore[index]
+    scope = Scope(org_id=org_id, agent_id="planner", user_id="ada")
+    MemoryCache(client_redis).invalidate(scope)  # what the invalidation job leaves: a generation
+    Claims(client_redis, ttl_s=60).record_sent(
+        [
+            Job(SUMMARIZE_TOPIC, {"topic_id": topic_ids[0]}),
+            Job(EVALUATE_TOPIC, {"topic_id": topic_ids[1]}),
+        ]
+    )
+    ids = [ada["id"], *topic_ids]
+    assert len(_keys_naming(client_redis, scope, ids)) >= 4  # the attack's precondition
+
+    assert client.delete("/agents-api/agents/planner/users/ada", headers=auth).status_code == 200
+    assert _keys_naming(client_redis, scope, ids) == []
+
+    # A user this service never cached anything for leaves nothing behind either.
+    never = Scope(org_id=org_id, agent_id="planner", user_id="never-seen")
+    assert (
+        client.delete("/agents-api/agents/planner/users/never-seen", headers=auth).status_code
+        == 200
+    )
+    assert _keys_naming(client_redis, never, []) == []
 
 
 def test_another_org_cannot_erase_a_user(
