@@ -59,15 +59,15 @@ class Refused:
 def user_sets_state(flags: MemoryFlags, state: MemoryState) -> MemoryFlags:
     """A user's choice (R17, R20, R21): it sets the state and marks it as the user's.
 
-    Choosing any state is a position on keep-in-memory, so it always sets
-    keepInMemoryManuallySet; deprecating or un-deprecating sets deprecatedManuallySet.
+    R21's decision: choosing a state answers both questions at once, "keep it or not"
+    and "is it wrong", so every user choice sets both manual flags. After `promoted` the
+    agent can neither demote nor deprecate; after `none`, neither promote nor deprecate.
     """
-    deprecated = state == "deprecated"
     return MemoryFlags(
         keep=state == "promoted",
         keep_manually_set=True,
-        deprecated=deprecated,
-        deprecated_manually_set=flags.deprecated_manually_set or deprecated != flags.deprecated,
+        deprecated=state == "deprecated",
+        deprecated_manually_set=True,
     )
 
 

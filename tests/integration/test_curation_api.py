@@ -85,3 +85,25 @@ def test_another_orgs_topic_cannot_be_curated(
         assert response.status_code == 404, (method, url)
     topic: Any = client.get(f"/agents-api/topics/{tid}", headers=auth).json
     assert topic["memoryState"] == "none"
+
+
+def test_r21_after_the_users_promoted_the_agents_deprecate_is_refused_through_the_tool(
+    client: FlaskClient, auth: dict[str, str]
+) -> None:
+    """[2.1] item 8: the agent's `deprecate` used to succeed after the user's `promoted`."""
+    session = new_session(client, auth)
+    tid = session["activeTopicId"]
+    put = client.put(f"/agents-api/topics/{tid}/memory", json={"state": "promoted"}, headers=auth)
+    assert put.json["deprecatedManuallySet"] is True  # type: ignore[index]
+    for action, sentence in (
+        ("deprecate", "deprecation was set manually by the user; the agent cannot override it."),
+        ("demote", "keepInMemory was set manually by the user; the agent cannot override it."),
+    ):
+        answer: Any = client.post(
+            f"/agents-api/sessions/{session['id']}/tools/manage_topic_memory",
+            json={"arguments": {"action": action, "topicId": tid}},
+            headers=auth,
+        ).json
+        assert (answer["ok"], answer["error"]) == (False, sentence)
+    topic: Any = client.get(f"/agents-api/topics/{tid}", headers=auth).json
+    assert topic["memoryState"] == "promoted"

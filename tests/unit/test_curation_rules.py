@@ -40,15 +40,31 @@ def test_r20_any_user_choice_is_the_users_and_lands_exactly(flags: MemoryFlags, 
 
 
 @pytest.mark.parametrize("flags", ALL_FLAGS)
-def test_r21_deprecating_or_undeprecating_marks_deprecation_as_the_users(
-    flags: MemoryFlags,
+@pytest.mark.parametrize("state", ["none", "promoted", "deprecated"])
+def test_r21_every_user_choice_sets_both_manual_flags(flags: MemoryFlags, state: str) -> None:
+    after = user_sets_state(flags, state)  # type: ignore[arg-type]
+    assert after.keep_manually_set and after.deprecated_manually_set
+
+
+@pytest.mark.parametrize("flags", ALL_FLAGS)
+@pytest.mark.parametrize(
+    ("state", "refusals"),
+    [
+        ("promoted", {"demote": KEEP_SET_BY_USER, "deprecate": DEPRECATION_SET_BY_USER}),
+        ("none", {"promote": KEEP_SET_BY_USER, "deprecate": DEPRECATION_SET_BY_USER}),
+        ("deprecated", {"promote": KEEP_SET_BY_USER, "demote": KEEP_SET_BY_USER}),
+    ],
+)
+def test_r21_after_a_user_choice_the_agent_can_move_the_topic_nowhere(
+    flags: MemoryFlags, state: str, refusals: dict[str, str]
 ) -> None:
-    for state in ("none", "promoted", "deprecated"):
-        after = user_sets_state(flags, state)  # type: ignore[arg-type]
-        if after.deprecated != flags.deprecated:
-            assert after.deprecated_manually_set
-        # A flag once set by the user is never cleared by the user's next choice.
-        assert after.deprecated_manually_set >= flags.deprecated_manually_set
+    """R21's decision: after the user's `promoted` the agent's deprecate is refused too."""
+    chosen = user_sets_state(flags, state)  # type: ignore[arg-type]
+    for action, sentence in refusals.items():
+        assert agent_curates(chosen, action) == Refused(sentence)  # type: ignore[arg-type]
+    assert DEPRECATION_SET_BY_USER == (
+        "deprecation was set manually by the user; the agent cannot override it."
+    )
 
 
 @pytest.mark.parametrize("flags", [f for f in ALL_FLAGS if f.keep_manually_set])
