@@ -21,6 +21,7 @@ from web.errors import install_error_handlers, validation_error_response
 from web.logcontext import install_log_context
 from web.metrics import install_metrics
 from web.runtime import WebRuntime
+from web.security_headers import install_security_headers
 from web.views import (
     agents,
     console,
@@ -93,6 +94,7 @@ def create_app(
     install_auth(app)
     install_body_checks(app)
     install_error_handlers(app)
+    install_security_headers(app)
     blueprints = (
         health.bp,
         agents.bp,

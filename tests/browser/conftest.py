@@ -276,11 +276,27 @@ def js_errors() -> list[str]:
     return []
 
 
+def _is_csp_violation(text: str) -> bool:
+    # Chromium's console line for what the policy blocked: "Refused to …" in older
+    # versions, "… violates the following Content Security Policy directive …" now.
+    return text.startswith("Refused to") or "Content Security Policy" in text
+
+
 @pytest.fixture
-def page(browser: Any, js_errors: list[str]) -> Any:
+def page(browser: Any, js_errors: list[str]) -> Iterator[Any]:
+    """The test's page; at the end, no request or script of it was blocked by the CSP
+    (a policy that silently blocks the console's own code breaks it without an error)."""
     page = browser.pages[0] if browser.pages else browser.new_page()
     page.on("pageerror", lambda error: js_errors.append(str(error)))
-    return page
+    violations: list[str] = []
+
+    def on_console(message: Any) -> None:
+        if _is_csp_violation(message.text):
+            violations.append(message.text)
+
+    page.on("console", on_console)
+    yield page
+    assert violations == [], f"the Content-Security-Policy blocked: {violations}"
 
 
 @pytest.fixture

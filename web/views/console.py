@@ -22,3 +22,9 @@ def page(sid: str | None = None) -> Response:
     response = send_from_directory(CONSOLE_DIR, "index.html")
     response.headers["Cache-Control"] = "no-cache"
     return response
+
+
+@bp.get("/favicon.ico")
+def favicon() -> Response:
+    """The console's SVG icon, for browsers that ask for /favicon.ico before reading <link>."""
+    return send_from_directory(CONSOLE_DIR, "favicon.svg", mimetype="image/svg+xml", max_age=86400)
