@@ -11,11 +11,12 @@ from typing import Any
 import click
 from sqlalchemy import select
 
-from shared.auth.service import create_api_key
+from shared.auth.service import create_api_key, list_keys, revoke_key
 from shared.config import load_settings_or_exit
 from shared.db import migrate
 from shared.db.engine import make_engine, make_session_factory
 from shared.db.uow import UnitOfWork
+from shared.errors import DomainError
 from shared.queue import RecordingQueue
 from shared.runtime import database_url_of
 from worker.logs import configure_logging
@@ -66,6 +67,41 @@ def keys_create(org: str) -> None:
         uow.commit()
     click.echo(f"created an API key for org {org!r}; it is shown only once:", err=True)
     click.echo(key)
+
+
+def _when(at: dt.datetime | None) -> str:
+    return "-" if at is None else at.astimezone(dt.UTC).isoformat(timespec="seconds")
+
+
+@keys.command("list")
+@click.argument("org")
+def keys_list(org: str) -> None:
+    """List ORG's keys: prefix, created, revoked (the keys themselves are never stored)."""
+    engine = make_engine(_database_url(), pool_size=1, max_overflow=0)
+    with UnitOfWork(make_session_factory(engine), RecordingQueue()) as uow:
+        try:
+            listed = list_keys(uow=uow, org_name=org)
+        except DomainError as error:
+            raise click.ClickException(error.message) from None
+    click.echo(f"{'PREFIX':<16} {'CREATED':<25} REVOKED")
+    for info in listed:
+        click.echo(f"{info.prefix:<16} {_when(info.created_at):<25} {_when(info.revoked_at)}")
+
+
+@keys.command("revoke")
+@click.argument("prefix")
+def keys_revoke(prefix: str) -> None:
+    """Revoke the key whose prefix is PREFIX: it is refused from the next request on."""
+    engine = make_engine(_database_url(), pool_size=1, max_overflow=0)
+    with UnitOfWork(make_session_factory(engine), RecordingQueue()) as uow:
+        try:
+            info = revoke_key(uow=uow, prefix=prefix)
+        except DomainError as error:
+            raise click.ClickException(error.message) from None
+        uow.commit()
+    click.echo(
+        f"key {info.prefix} of org {info.org_name!r} is revoked since {_when(info.revoked_at)}"
+    )
 
 
 @main.command()

@@ -1,15 +1,18 @@
-"""Creating API keys and resolving a presented key to its org."""
+"""Creating, listing and revoking API keys, and resolving a presented key to its org."""
 
 from __future__ import annotations
 
 import hashlib
 import secrets
 import uuid
+from dataclasses import dataclass
+from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from shared.auth.models import ApiKey, Org
 from shared.db.uow import UnitOfWork
+from shared.errors import Conflict, Invalid, NotFound
 
 KEY_PREFIX = "dl_"
 
@@ -35,3 +38,55 @@ def org_for_key(*, uow: UnitOfWork, key: str) -> uuid.UUID | None:
     return uow.session.scalar(
         select(ApiKey.org_id).where(ApiKey.key_hash == hash_key(key), ApiKey.revoked_at.is_(None))
     )
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """What may be shown of a key: never the key, never its hash."""
+
+    prefix: str
+    org_name: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+def _info(key: ApiKey, org_name: str) -> KeyInfo:
+    return KeyInfo(
+        prefix=key.prefix, org_name=org_name, created_at=key.created_at, revoked_at=key.revoked_at
+    )
+
+
+def list_keys(*, uow: UnitOfWork, org_name: str) -> list[KeyInfo]:
+    """The org's keys, oldest first, revoked ones included."""
+    org = uow.session.scalar(select(Org).where(Org.name == org_name))
+    if org is None:
+        raise NotFound(f"no org named {org_name!r}")
+    keys = uow.session.scalars(
+        select(ApiKey).where(ApiKey.org_id == org.id).order_by(ApiKey.created_at, ApiKey.prefix)
+    )
+    return [_info(key, org.name) for key in keys]
+
+
+def revoke_key(*, uow: UnitOfWork, prefix: str) -> KeyInfo:
+    """Revoke the one key whose prefix starts with `prefix`; revoking it again changes nothing."""
+    if not prefix.strip():
+        raise Invalid("a key prefix is required (`driftless keys list ORG` shows them)")
+    # autoescape: "_" (in every key's "dl_") and "%" are LIKE wildcards otherwise.
+    matches = uow.session.execute(
+        select(ApiKey, Org.name)
+        .join(Org, Org.id == ApiKey.org_id)
+        .where(ApiKey.prefix.startswith(prefix, autoescape=True))
+        .with_for_update(of=ApiKey)
+    ).all()
+    if not matches:
+        raise NotFound(f"no API key has the prefix {prefix!r}")
+    if len(matches) > 1:
+        raise Conflict(
+            f"the prefix {prefix!r} matches {len(matches)} keys; revoking none "
+            "(give the whole prefix `driftless keys list ORG` shows)"
+        )
+    key, org_name = matches[0]
+    if key.revoked_at is None:  # the first revocation's time stands
+        key.revoked_at = uow.session.scalar(select(func.now()))
+        uow.session.flush()
+    return _info(key, org_name)
