@@ -29,6 +29,12 @@ class Invalid(DomainError):
     code = "validation_error"
 
 
+class TooLarge(DomainError):
+    """What the request would store passes a size limit (shared/limits.py)."""
+
+    code = "too_large"
+
+
 class Unavailable(DomainError):
     """A dependency (database, Redis, broker) is down."""
 

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shared.config import Settings, load_settings_or_exit
 from shared.db.engine import make_engine, make_session_factory
+from shared.limits import Limits
 from shared.queue import JobQueue
 from shared.runtime import resolve_endpoints
 from shared.triggers.debounce import Debouncer
@@ -87,6 +88,7 @@ def create_app(
         redis=client,
         redis_url=endpoints.redis_url,
         debouncer=Debouncer.from_settings(client, settings),
+        limits=Limits(max_json_depth=settings.max_json_depth),
     )
 
     install_metrics(app)  # first: it times everything, rejected requests included

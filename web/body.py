@@ -1,12 +1,14 @@
-"""Malformed JSON is a 400 before any validation runs; an oversized body is a 413."""
+"""Malformed JSON is a 400 before any validation runs; an oversized body is a 413; JSON
+nested too deep or holding NaN/Infinity/out-of-range numbers is a 422 (shared/limits.py)."""
 
 from __future__ import annotations
 
-import json
-
 from flask import Flask, Response, request
 
+from shared.errors import Invalid
+from shared.limits import loads_checked
 from web.errors import error_response
+from web.runtime import runtime
 
 WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
@@ -24,8 +26,10 @@ def install_body_checks(app: Flask) -> None:
                 400, "bad_request", "the request body must be JSON (Content-Type: application/json)"
             )
         try:
-            json.loads(raw)
-        except ValueError as exc:
+            loads_checked(raw.decode("utf-8"), limits=runtime().limits)
+        except Invalid as exc:
+            return error_response(422, "validation_error", exc.message)
+        except ValueError as exc:  # UnicodeDecodeError included
             return error_response(
                 400, "malformed_json", f"the request body is not valid JSON: {exc}"
             )

@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
-from shared.errors import Conflict, DomainError, Invalid, NotFound, Unavailable
+from shared.errors import Conflict, DomainError, Invalid, NotFound, TooLarge, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +21,7 @@ STATUS_OF: dict[type[DomainError], int] = {
     NotFound: 404,
     Conflict: 409,
     Invalid: 422,
+    TooLarge: 413,
     Unavailable: 503,
 }
 HTTP_CODES = {

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shared.config import Settings
 from shared.db.uow import UnitOfWork
+from shared.limits import Limits
 from shared.queue import JobQueue
 from shared.triggers.debounce import Debouncer
 
@@ -24,6 +25,7 @@ class WebRuntime:
     redis: redis.Redis
     redis_url: str
     debouncer: Debouncer
+    limits: Limits
 
 
 def runtime() -> WebRuntime:
@@ -33,4 +35,4 @@ def runtime() -> WebRuntime:
 
 def unit_of_work() -> UnitOfWork:
     rt = runtime()
-    return UnitOfWork(rt.session_factory, rt.queue)
+    return UnitOfWork(rt.session_factory, rt.queue, rt.limits)

@@ -11,6 +11,7 @@ from sqlalchemy.dialects.postgresql import insert
 from shared.agents.models import AgentProfile
 from shared.db.uow import UnitOfWork
 from shared.errors import NotFound
+from shared.limits import check_json
 
 
 def put_agent(
@@ -23,6 +24,8 @@ def put_agent(
     tools: list[Any],
 ) -> AgentProfile:
     """Create or replace the profile (an upsert, so concurrent PUTs cannot collide)."""
+    check_json(skills, field="skills", limits=uow.limits)
+    check_json(tools, field="tools", limits=uow.limits)
     values = {"soul": soul, "skills": skills, "tools": tools}
     statement = (
         insert(AgentProfile)

@@ -12,11 +12,30 @@ from typing import Any
 
 import redis
 
+from shared.db.uow import UnitOfWork
+from shared.limits import MAX_WORKING_MEMORY_BYTES, check_json, check_size
+from shared.sessions.service import load_session
+
 TTL_S = 24 * 3600
 
 
 def _key(session_id: uuid.UUID) -> str:
     return f"driftless:working-memory:{{{session_id}}}"
+
+
+def set_working_memory(
+    *,
+    uow: UnitOfWork,
+    client: redis.Redis,
+    org_id: uuid.UUID,
+    session_id: uuid.UUID,
+    document: dict[str, Any],
+) -> None:
+    """Replace the session's working memory, within the limits (shared/limits.py)."""
+    check_json(document, field="workingMemory", limits=uow.limits)
+    check_size(document, what="working memory", max_bytes=MAX_WORKING_MEMORY_BYTES)
+    session = load_session(uow=uow, org_id=org_id, session_id=session_id)
+    put_working_memory(client, session.id, document)
 
 
 def put_working_memory(

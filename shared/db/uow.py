@@ -7,6 +7,7 @@ from types import TracebackType
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from shared.limits import Limits
 from shared.queue import Job, JobQueue
 
 log = logging.getLogger(__name__)
@@ -21,9 +22,13 @@ class UnitOfWork:
     durable and the reconciler (beat) re-enqueues work whose job was lost.
     """
 
-    def __init__(self, session_factory: sessionmaker[Session], queue: JobQueue) -> None:
+    def __init__(
+        self, session_factory: sessionmaker[Session], queue: JobQueue, limits: Limits | None = None
+    ) -> None:
         self._session_factory = session_factory
         self._queue = queue
+        # The process's configured limits, for the services that check what they store.
+        self.limits = limits or Limits()
         self._pending: list[Job] = []
         self.sent: list[Job] = []
 

@@ -13,6 +13,7 @@ from sqlalchemy.dialects.postgresql import JSONB, insert
 
 from shared.db.uow import UnitOfWork
 from shared.facts.models import FactsDocument
+from shared.limits import MAX_FACT_VALUE_BYTES, MAX_FACTS_BYTES, check_json, check_size
 from shared.memory.scope import Scope
 
 
@@ -30,7 +31,14 @@ def read_facts(*, uow: UnitOfWork, scope: Scope) -> dict[str, Any]:
 
 
 def merge_facts(*, uow: UnitOfWork, scope: Scope, facts: dict[str, Any]) -> dict[str, Any]:
-    """Create or update entries by key; returns the whole document."""
+    """Create or update entries by key; returns the whole document.
+
+    Invalid or TooLarge (shared/limits.py) leaves the document as it was, so a caller
+    may catch either and go on in the same transaction.
+    """
+    check_json(facts, field="facts", limits=uow.limits)
+    for key, value in facts.items():
+        check_size(value, what=f"the fact {key[:60]!r}", max_bytes=MAX_FACT_VALUE_BYTES)
     patch = literal(facts, JSONB)
     statement = (
         insert(FactsDocument)
@@ -41,7 +49,12 @@ def merge_facts(*, uow: UnitOfWork, scope: Scope, facts: dict[str, Any]) -> dict
         )
         .returning(FactsDocument.document)
     )
-    document: dict[str, Any] = uow.session.execute(statement).scalar_one()
+    # The merged size is known only after the merge; a savepoint undoes one that grew
+    # too large without undoing the rest of the caller's transaction. Concurrent writers
+    # queue on the row, so each one checks the document it really produced.
+    with uow.session.begin_nested():
+        document: dict[str, Any] = uow.session.execute(statement).scalar_one()
+        check_size(document, what="the facts document", max_bytes=MAX_FACTS_BYTES)
     return document
 
 

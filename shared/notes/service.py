@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from sqlalchemy import select
 
 from shared.db.uow import UnitOfWork
+from shared.errors import TooLarge
+from shared.limits import MAX_NOTES_CHARS
 from shared.notes.models import NotesDocument
 from shared.topics.models import Topic
 
@@ -30,20 +32,31 @@ def _active_document(*, uow: UnitOfWork, topic_id: uuid.UUID) -> NotesDocument |
     )
 
 
+def _check_notes_size(content: str) -> None:
+    # Active notes are injected every turn (R23): appends must not grow them without end.
+    if len(content) > MAX_NOTES_CHARS:
+        raise TooLarge(
+            f"the topic's notes would exceed {MAX_NOTES_CHARS} characters;"
+            " rewrite them shorter with `update`"
+        )
+
+
 def append_notes(*, uow: UnitOfWork, topic: Topic, content: str) -> NotesView:
     document = _active_document(uow=uow, topic_id=topic.id)
     if document is None:
+        _check_notes_size(content)
         document = NotesDocument(topic_id=topic.id, content=content, status="active")
         uow.session.add(document)
     else:
-        document.content = (
-            f"{document.content}{ENTRY_SEPARATOR}{content}" if document.content else content
-        )
+        appended = f"{document.content}{ENTRY_SEPARATOR}{content}" if document.content else content
+        _check_notes_size(appended)
+        document.content = appended
     uow.session.flush()
     return NotesView(topic_id=topic.id, content=document.content, archived=False)
 
 
 def replace_notes(*, uow: UnitOfWork, topic: Topic, content: str) -> NotesView:
+    _check_notes_size(content)
     document = _active_document(uow=uow, topic_id=topic.id)
     if document is None:
         document = NotesDocument(topic_id=topic.id, content=content, status="active")

@@ -11,6 +11,7 @@ from sqlalchemy import func, select, update
 
 from shared.db.uow import UnitOfWork
 from shared.errors import NotFound
+from shared.limits import check_message_content
 from shared.queue import EVALUATE_TOPIC, Job
 from shared.sessions.models import ChatSession, Message
 from shared.topics.models import Topic
@@ -94,6 +95,7 @@ def append_message(
     tool_call_id: str | None = None,
 ) -> Message:
     """Insert a message into `topic` and keep its counters; the caller holds the session lock."""
+    check_message_content(content)
     message = Message(
         session_id=session.id,
         topic_id=topic.id,

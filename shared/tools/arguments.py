@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Annotated, Any, Literal
 
@@ -9,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
 from shared.errors import Invalid
+from shared.limits import MAX_TOOL_ARGUMENTS_CHARS, Limits, check_json
 from shared.storable import unstorable_at
 
 MAX_NOTE_CHARS = 20_000
@@ -65,8 +67,16 @@ ADAPTERS: dict[str, TypeAdapter[Any]] = {
 }
 
 
-def parse_arguments(tool: str, arguments: Any) -> Any:
+def parse_arguments(tool: str, arguments: Any, *, limits: Limits) -> Any:
     """The typed arguments of `tool`, or Invalid naming each bad field."""
+    # Depth first: the checks after it recurse, and would fail on what it refuses.
+    check_json(arguments, field="arguments", limits=limits)
+    size = len(json.dumps(arguments, ensure_ascii=False))
+    if size > MAX_TOOL_ARGUMENTS_CHARS:
+        raise Invalid(
+            f"arguments: {size} characters as JSON; a tool call takes at most"
+            f" {MAX_TOOL_ARGUMENTS_CHARS}"
+        )
     where = unstorable_at(arguments, "")
     if where is not None:
         raise Invalid(

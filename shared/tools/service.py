@@ -14,7 +14,7 @@ from typing import Any
 from shared.curation.rules import Refused
 from shared.curation.service import agent_curate_memory
 from shared.db.uow import UnitOfWork
-from shared.errors import NotFound
+from shared.errors import NotFound, TooLarge
 from shared.facts.service import merge_facts, read_facts, unset_fact
 from shared.memory.scope import Scope
 from shared.notes.service import NotesView, append_notes, read_notes, replace_notes
@@ -95,20 +95,26 @@ def execute_tool(
     if name not in BUILT_IN_TOOL_NAMES:
         raise NotFound(f"no built-in tool named {name!r}; see GET /agents-api/tools")
     session = load_session(uow=uow, org_id=org_id, session_id=session_id, lock=True)
-    call = args.parse_arguments(name, arguments)
+    call = args.parse_arguments(name, arguments, limits=uow.limits)
     scope = Scope(org_id=session.org_id, agent_id=session.agent_id, user_id=session.user_id)
     topic = active_topic(uow=uow, session_id=session.id)
-    if name == "notes":
-        result = _run_notes(uow, session, topic, call)
-    elif name == "important_info":
-        result = _run_important_info(uow, scope, call)
-    else:
-        result = _run_manage_topic_memory(uow, scope, call)
+    try:
+        if name == "notes":
+            result = _run_notes(uow, session, topic, call)
+        elif name == "important_info":
+            result = _run_important_info(uow, scope, call)
+        else:
+            result = _run_manage_topic_memory(uow, scope, call)
+    except TooLarge as exc:  # the services wrote nothing; the agent can shorten and retry
+        result = ToolResult(ok=False, error=exc.message)
 
     call_id = tool_call_id or f"call_{uuid.uuid4().hex[:24]}"
     for content in (
-        json.dumps({"call": {"name": name, "arguments": arguments}}, sort_keys=True),
-        json.dumps(result.to_json(), sort_keys=True, default=str),
+        # Unescaped Unicode: the size limits count characters as the model reads them.
+        json.dumps(
+            {"call": {"name": name, "arguments": arguments}}, sort_keys=True, ensure_ascii=False
+        ),
+        json.dumps(result.to_json(), sort_keys=True, default=str, ensure_ascii=False),
     ):
         append_message(
             uow=uow, session=session, topic=topic, role="tool", content=content,

@@ -75,5 +75,7 @@ def test_scopes_do_not_share_cache_entries(cache: MemoryCache) -> None:
 def test_the_keys_of_a_scope_share_a_cluster_hash_tag() -> None:
     scope = Scope(org_id=uuid.UUID(int=1), agent_id="a", user_id="u")
     generation_key, block_key = MemoryCache._keys(scope)
-    tag = "{a:u:00000000-0000-0000-0000-000000000001}"
+    tag = scope.cache_tag
     assert tag in generation_key and tag in block_key
+    # Redis Cluster hashes only what lies between the first `{` and the next `}`.
+    assert generation_key.index("{") == generation_key.index(tag)

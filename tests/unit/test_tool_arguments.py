@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shared.errors import Invalid
+from shared.limits import Limits
 from shared.tools.arguments import parse_arguments
 
 
@@ -20,7 +21,7 @@ from shared.tools.arguments import parse_arguments
 )
 def test_bad_tool_arguments_name_their_field(tool: str, arguments: dict, field: str) -> None:
     with pytest.raises(Invalid) as raised:
-        parse_arguments(tool, arguments)
+        parse_arguments(tool, arguments, limits=Limits())
     assert str(raised.value).startswith(field)
 
 
@@ -37,5 +38,5 @@ def test_text_the_database_cannot_store_is_refused_with_its_field(
     """Tool calls over MCP skip the HTTP request models: the arguments check it themselves."""
     tool = "notes" if "content" in arguments else "important_info"
     with pytest.raises(Invalid) as raised:
-        parse_arguments(tool, arguments)
+        parse_arguments(tool, arguments, limits=Limits())
     assert str(raised.value).startswith(field) and "cannot be stored" in str(raised.value)

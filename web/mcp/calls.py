@@ -62,8 +62,9 @@ def call_built_in(
             arguments=tool_arguments,
             tool_call_id=None,
         )
+        answer = dump(ToolResultOut.model_validate(result))  # nothing may fail after the commit
         uow.commit()
-    return dump(ToolResultOut.model_validate(result))
+    return answer
 
 
 def session_context(

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from shared.config import Settings
 from shared.db.engine import make_engine, make_session_factory
 from shared.db.uow import UnitOfWork
+from shared.limits import Limits
 from shared.queue import JobQueue
 from shared.runtime import resolve_endpoints
 from worker.app import make_celery
@@ -24,7 +25,9 @@ class McpRuntime:
     redis: redis.Redis
 
     def unit_of_work(self) -> UnitOfWork:
-        return UnitOfWork(self.session_factory, self.queue)
+        return UnitOfWork(
+            self.session_factory, self.queue, Limits(max_json_depth=self.settings.max_json_depth)
+        )
 
 
 def runtime_from_settings(settings: Settings) -> McpRuntime:

@@ -23,8 +23,9 @@ def put(path: AgentPath, body: AgentIn) -> dict[str, Any]:
             skills=body.skills,
             tools=body.tools,
         )
+        answer = dump(AgentOut.model_validate(agent))  # before the commit: nothing fails after it
         uow.commit()
-    return dump(AgentOut.model_validate(agent))
+    return answer
 
 
 @bp.get("/agents/<agent_id>", responses={200: AgentOut})

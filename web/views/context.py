@@ -1,15 +1,12 @@
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from shared.context.render import render
 from shared.context.service import ContextOptions, assemble_context
 from shared.context.stack import ContextStack
-from shared.context.working_memory import put_working_memory
-from shared.sessions.service import load_session
+from shared.context.working_memory import set_working_memory
 from web.auth import current_org
-from web.errors import error_response
 from web.runtime import runtime, unit_of_work
 from web.schemas import (
     ContextOut,
@@ -23,8 +20,6 @@ from web.schemas import (
 from web.views.common import api_blueprint
 
 bp = api_blueprint("context", "context")
-
-MAX_WORKING_MEMORY_BYTES = 16 * 1024
 
 
 @bp.get("/sessions/<sid>/context", responses={200: ContextOut})
@@ -55,12 +50,15 @@ def context_document(stack: ContextStack) -> dict[str, Any]:
 
 
 @bp.put("/sessions/<sid>/working-memory", responses={200: WorkingMemoryOut, 413: ErrorOut})
-def put_working(path: SessionPath, body: WorkingMemoryIn) -> Any:
+def put_working(path: SessionPath, body: WorkingMemoryIn) -> dict[str, Any]:
     """Replace the session's working memory (volatile: Redis, with a TTL)."""
-    if len(json.dumps(body.root).encode()) > MAX_WORKING_MEMORY_BYTES:
-        message = f"working memory is limited to {MAX_WORKING_MEMORY_BYTES} bytes"
-        return error_response(413, "too_large", message)
+    answer = dump(WorkingMemoryOut(working_memory=body.root))
     with unit_of_work() as uow:
-        session = load_session(uow=uow, org_id=current_org(), session_id=path.sid)
-    put_working_memory(runtime().redis, session.id, body.root)
-    return dump(WorkingMemoryOut(working_memory=body.root))
+        set_working_memory(
+            uow=uow,
+            client=runtime().redis,
+            org_id=current_org(),
+            session_id=path.sid,
+            document=body.root,
+        )
+    return answer

@@ -26,8 +26,9 @@ def set_memory(path: TopicPath, body: MemoryStateIn) -> dict[str, Any]:
     """The user puts a topic in a memory state (R17); the choice sticks (R20, R21)."""
     with unit_of_work() as uow:
         topic = user_set_memory(uow=uow, org_id=current_org(), topic_id=path.tid, state=body.state)
+        answer = dump(TopicOut.model_validate(topic))  # before the commit: nothing fails after it
         uow.commit()
-    return dump(TopicOut.model_validate(topic))
+    return answer
 
 
 @bp.post("/topics/<tid>/memory/cycle", responses={200: TopicOut})
@@ -35,8 +36,9 @@ def cycle_memory(path: TopicPath) -> dict[str, Any]:
     """The brain toggle: none → promoted → deprecated → none (R17)."""
     with unit_of_work() as uow:
         topic = user_cycle_memory(uow=uow, org_id=current_org(), topic_id=path.tid)
+        answer = dump(TopicOut.model_validate(topic))  # before the commit: nothing fails after it
         uow.commit()
-    return dump(TopicOut.model_validate(topic))
+    return answer
 
 
 @bp.get("/topics/<tid>/history", responses={200: HistoryOut})

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from shared.facts.service import merge_facts, read_facts, unset_fact
@@ -8,7 +7,6 @@ from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
 from shared.memory.service import memory_block
 from web.auth import current_org
-from web.errors import error_response
 from web.runtime import runtime, unit_of_work
 from web.schemas import (
     ErrorOut,
@@ -23,8 +21,6 @@ from web.schemas import (
 from web.views.common import api_blueprint
 
 bp = api_blueprint("memory", "memory")
-
-MAX_FACTS_BYTES = 64 * 1024
 
 
 def _scope(query: ScopeQuery) -> Scope:
@@ -58,16 +54,13 @@ def get_facts(query: ScopeQuery) -> dict[str, Any]:
 
 
 @bp.put("/facts", responses={200: FactsOut, 413: ErrorOut})
-def put_facts(query: ScopeQuery, body: FactsIn) -> Any:
+def put_facts(query: ScopeQuery, body: FactsIn) -> dict[str, Any]:
     """Merge entries into the scope's durable facts; returns them all."""
     with unit_of_work() as uow:
         facts = merge_facts(uow=uow, scope=_scope(query), facts=body.root)
-        if len(json.dumps(facts).encode()) > MAX_FACTS_BYTES:
-            return error_response(
-                413, "too_large", f"the facts document would exceed {MAX_FACTS_BYTES} bytes"
-            )
+        answer = dump(FactsOut(facts=facts))  # before the commit: nothing fails after it
         uow.commit()
-    return dump(FactsOut(facts=facts))
+    return answer
 
 
 @bp.delete("/facts/<key>", responses={204: None})

@@ -49,8 +49,9 @@ def create(body: SessionIn) -> tuple[dict[str, Any], int]:
         view = service.create_session(
             uow=uow, org_id=current_org(), agent_id=body.agent_id, user_id=body.user_id
         )
+        answer = dump(SessionOut(**_session_fields(view)))  # nothing may fail after the commit
         uow.commit()
-    return dump(SessionOut(**_session_fields(view))), 201
+    return answer, 201
 
 
 @bp.get("/scopes", responses={200: ScopesOut})
@@ -94,14 +95,15 @@ def post_message(path: SessionPath, body: MessageIn) -> tuple[dict[str, Any], in
             tool_call_id=body.tool_call_id,
             drift_interval=runtime().settings.drift_interval,
         )
+        out = PostedMessageOut(
+            id=posted.message.id,
+            topic_id=posted.topic.id,
+            created_at=posted.message.created_at,
+            drift_evaluation_enqueued=posted.drift_evaluation_enqueued,
+        )
+        answer = dump(out)  # before the commit: nothing fails after it
         uow.commit()
-    out = PostedMessageOut(
-        id=posted.message.id,
-        topic_id=posted.topic.id,
-        created_at=posted.message.created_at,
-        drift_evaluation_enqueued=posted.drift_evaluation_enqueued,
-    )
-    return dump(out), 201
+    return answer, 201
 
 
 @bp.get("/sessions/<sid>/messages", responses={200: MessageListOut})
@@ -128,5 +130,6 @@ def create_topic(path: SessionPath, body: TopicIn) -> tuple[dict[str, Any], int]
     """Open a new active topic; the prior one is closed and its summary enqueued (R25)."""
     with unit_of_work() as uow:
         topic = open_topic(uow=uow, org_id=current_org(), session_id=path.sid, title=body.title)
+        answer = dump(TopicOut.model_validate(topic))  # before the commit: nothing fails after it
         uow.commit()
-    return dump(TopicOut.model_validate(topic)), 201
+    return answer, 201

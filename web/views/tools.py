@@ -30,5 +30,6 @@ def call_tool(path: ToolPath, body: ToolCallIn) -> dict[str, Any]:
             arguments=body.arguments,
             tool_call_id=body.tool_call_id,
         )
+        answer = dump(ToolResultOut.model_validate(result))  # nothing may fail after the commit
         uow.commit()
-    return dump(ToolResultOut.model_validate(result))
+    return answer

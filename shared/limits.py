@@ -1,0 +1,111 @@
+"""What a client may store, checked in the domain so HTTP, tools and MCP share every cap.
+
+A limit enforced only in a view is skipped by the tool path: five `important_info $set`
+of 200 KB once built a 1 MB facts document (a 250k-token stable prefix) although
+`PUT /facts` refused 64 KB. Every writer of a thing calls the check of that thing here,
+before anything is written.
+
+JSON documents get two more checks. Nesting deeper than `max_json_depth` is refused,
+because serializing a deep document fails (pydantic stops at depth 255, recursion at
+~1000) and a stored one would break every later read of it. Non-finite numbers (NaN,
+Infinity, what 1e999 parses to) are refused because they are not JSON: they would be
+rendered into a prompt as `NaN` and answered as invalid JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from shared.errors import Invalid, TooLarge
+
+DEFAULT_MAX_JSON_DEPTH = 32
+MAX_MESSAGE_CHARS = 100_000
+MAX_FACTS_BYTES = 64 * 1024
+MAX_FACT_VALUE_BYTES = 16 * 1024
+MAX_WORKING_MEMORY_BYTES = 16 * 1024
+MAX_NOTES_CHARS = 20_000
+# A tool call is stored as one message (R7); this leaves room for its JSON envelope.
+MAX_TOOL_ARGUMENTS_CHARS = 50_000
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The configurable part of the limits (DRIFTLESS_MAX_JSON_DEPTH)."""
+
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+
+
+def json_size(value: Any) -> int:
+    """Bytes of `value` as JSON (UTF-8, no padding): what a size limit counts."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def check_json(value: Any, *, field: str, limits: Limits) -> None:
+    """Invalid unless `value` nests at most `limits.max_json_depth` deep and every number
+    in it is finite. Iterative: it must not itself recurse on the input it refuses."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limits.max_json_depth:
+                raise Invalid(
+                    f"{field}: nested deeper than {limits.max_json_depth} levels"
+                    " (DRIFTLESS_MAX_JSON_DEPTH)"
+                )
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise Invalid(f"{field}: {item} is not a JSON number (NaN and infinities are refused)")
+
+
+def check_size(value: Any, *, what: str, max_bytes: int) -> None:
+    """TooLarge when `value` as JSON passes `max_bytes`."""
+    if json_size(value) > max_bytes:
+        raise TooLarge(f"{what} would exceed {max_bytes} bytes")
+
+
+def check_message_content(content: str) -> None:
+    if len(content) > MAX_MESSAGE_CHARS:
+        raise Invalid(
+            f"content: {len(content)} characters; a message holds at most {MAX_MESSAGE_CHARS}"
+        )
+
+
+# Strings first (they may hold brackets), then the brackets that remain.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def raw_json_depth(text: str) -> int:
+    """How deep `text` nests, read without parsing it: the parser itself recurses, so a
+    body of 100,000 `[` must be refused before it reaches the parser."""
+    depth = deepest = 0
+    for match in _BRACKET.finditer(_JSON_STRING.sub("", text)):
+        depth += 1 if match.group() in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _refuse_constant(name: str) -> Any:
+    raise Invalid(f"body: {name} is not a JSON number (NaN and infinities are refused)")
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise Invalid(f"body: the number {text[:40]} is out of range")
+    return number
+
+
+def loads_checked(text: str, *, limits: Limits) -> Any:
+    """`json.loads` for input from outside: too deep or non-finite numbers are Invalid;
+    malformed JSON raises ValueError as `json.loads` does."""
+    if raw_json_depth(text) > limits.max_json_depth:
+        raise Invalid(
+            f"body: nested deeper than {limits.max_json_depth} levels (DRIFTLESS_MAX_JSON_DEPTH)"
+        )
+    return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
