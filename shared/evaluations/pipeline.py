@@ -33,6 +33,7 @@ from shared.summaries.service import (
     lock_topic,
     record_evaluation,
     snapshot_through,
+    still_describes,
 )
 from shared.summaries.transcript import TopicSnapshot
 from shared.topics.fork import fork_topic, messages_from, record_fork
@@ -147,6 +148,10 @@ def evaluate_topic(
 
     with new_uow() as uow:
         if decision is not None:
+            # fork_topic re-checks, under the session's and then the topic's lock (the
+            # writers' order), that the topic is still active: a topic that is still
+            # active has lost no message since the snapshot, as only a fork moves
+            # messages out and a fork closes the topic it forks.
             forked = fork_topic(
                 uow=uow, topic_id=topic_id, first_message_id=decision.first_message_id,
                 new_title=decision.new_title,
@@ -168,6 +173,17 @@ def evaluate_topic(
             topic, scope = locked
             if is_stored(topic, snapshot):  # a concurrent evaluation got here first
                 return EvaluationOutcome(topic_id, "skipped", topic_id, snapshot.last_message_id)
+            if not still_describes(uow=uow, topic=topic, snapshot=snapshot):
+                # A fork committed while the LLM answered: the answer is about contents
+                # the topic no longer has. Audited, never written.
+                log.info("topic %s changed during its evaluation; answer discarded", topic_id)
+                record_evaluation(
+                    uow=uow, topic_id=topic_id, trigger=trigger, outcome="skipped",
+                    completions=completions, llm_calls=2, started_at=started_at,
+                    error="the topic changed during the LLM calls; the answer was discarded",
+                )  # fmt: skip
+                uow.commit()
+                return EvaluationOutcome(topic_id, "skipped")
             refresh, error = apply_summary(
                 uow=uow, topic=topic, scope=scope, snapshot=snapshot,
                 completion=summary_completion, error=error,

@@ -92,6 +92,34 @@ def snapshot_through(
         last_message_id=through_id,
         message_count=message_count,
         first_user_message=first_user_message,
+        topic_status=topic.status,
+        rows_through=_rows_through(uow=uow, topic_id=topic.id, through_id=through_id),
+    )
+
+
+def _rows_through(*, uow: UnitOfWork, topic_id: uuid.UUID, through_id: int) -> int:
+    """The topic's messages up to `through_id` (an index range scan of ix_messages_topic_id_id)."""
+    count = uow.session.scalar(
+        select(func.count()).where(Message.topic_id == topic_id, Message.id <= through_id)
+    )
+    return int(count or 0)
+
+
+def still_describes(*, uow: UnitOfWork, topic: Topic, snapshot: TopicSnapshot) -> bool:
+    """Does `snapshot` still describe the row-locked `topic`?
+
+    The LLM answers outside any transaction, so a fork may commit in between: it closes
+    the topic and moves messages out, and an answer about the old contents written on
+    top would rename, re-summarize and even promote the closed topic with a watermark
+    past its last message. Messages only ever leave a topic, and never join one below
+    its newest id, so equal counts up to the watermark mean the same messages.
+    """
+    return (
+        topic.status == snapshot.topic_status
+        and topic.last_message_id is not None
+        and snapshot.last_message_id <= topic.last_message_id
+        and _rows_through(uow=uow, topic_id=topic.id, through_id=snapshot.last_message_id)
+        == snapshot.rows_through
     )
 
 
@@ -225,6 +253,10 @@ def summarize_topic(
             return SummaryOutcome(topic_id, "skipped")
         topic, scope = locked
         if is_stored(topic, snapshot):
+            return SummaryOutcome(topic_id, "skipped", topic.keep_in_memory)
+        if not still_describes(uow=uow, topic=topic, snapshot=snapshot):
+            # Whatever changed it (a fork) enqueued the summary of what it is now.
+            log.info("topic %s changed during its summary call; answer discarded", topic_id)
             return SummaryOutcome(topic_id, "skipped", topic.keep_in_memory)
         outcome, error = apply_summary(
             uow=uow, topic=topic, scope=scope, snapshot=snapshot, completion=completion,

@@ -35,6 +35,10 @@ class TopicSnapshot:
     last_message_id: int
     message_count: int  # user + assistant, for R12
     first_user_message: str | None
+    # What the topic was when read, so the write can tell whether it still is (a fork
+    # may commit while the LLM answers): its status and its rows up to last_message_id.
+    topic_status: str
+    rows_through: int
 
 
 def _line(message: Message) -> TranscriptLine:
