@@ -1,0 +1,196 @@
+"""Admission and lifetime of live event streams (`GET …/events`).
+
+A stream holds a web thread for as long as it is open, so streams are admitted, not
+just served:
+
+- **Per process**: at most a fixed number of streams (the web passes half its server's
+  threads), so the API always has threads left. A process-local semaphore.
+- **Per org, across the fleet**: at most `DRIFTLESS_MAX_STREAMS_PER_ORG`. A sorted set
+  `driftless:streams:{<org>}` holds the org's stream ids, scored by when their lease
+  lapses (ms, Redis `TIME`: one clock for every host). One Lua script drops lapsed
+  leases, counts, and adds the new stream only below the limit. A stream renews its
+  lease at every ping and removes it when it ends; a process that dies leaves leases
+  that lapse within `LEASE_S`, so the count cannot leak. The key expires with its
+  last lease.
+- **In time**: the server ends a stream that had no event for `stream_idle_s` (pings do
+  not count) or that is `stream_max_s` old (`StreamTimer`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from dataclasses import dataclass
+
+import redis
+
+log = logging.getLogger(__name__)
+
+# A stream renews its lease every ping (5 s); a few missed renewals are a stalled
+# process, not a dead one.
+LEASE_S = 30
+# When a refused client may try again: a slot of its org frees when one of its streams
+# ends; a process slot may free sooner, or the retry may land on another process.
+ORG_RETRY_AFTER_S = 30
+PROCESS_RETRY_AFTER_S = 5
+
+_NOW_MS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+# KEYS: the org's set. ARGV: limit, lease ms, stream id. Returns 1 if admitted.
+_ACQUIRE = (
+    _NOW_MS
+    + """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+)
+
+# KEYS: the org's set. ARGV: lease ms, stream id. Returns 0 if the lease had lapsed (its
+# slot may have gone to another stream since), else renews it and returns 1.
+_RENEW = (
+    _NOW_MS
+    + """
+local expires = redis.call('ZSCORE', KEYS[1], ARGV[2])
+if not expires or tonumber(expires) <= now then
+  redis.call('ZREM', KEYS[1], ARGV[2])
+  return 0
+end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 1
+"""
+)
+
+
+def streams_key(org_id: uuid.UUID) -> str:
+    return f"driftless:streams:{{{org_id}}}"
+
+
+class StreamLeases:
+    """The fleet-wide count of each org's open streams, as leases in Redis."""
+
+    def __init__(self, client: redis.Redis, *, lease_s: int = LEASE_S) -> None:
+        self._client = client
+        self._lease_ms = lease_s * 1000
+        self._acquire = client.register_script(_ACQUIRE)
+        self._renew = client.register_script(_RENEW)
+
+    def acquire(self, *, org_id: uuid.UUID, limit: int) -> str | None:
+        """A lease for a new stream of the org (its id), or None if it holds `limit`."""
+        stream_id = uuid.uuid4().hex
+        admitted = self._acquire(
+            keys=[streams_key(org_id)], args=[limit, self._lease_ms, stream_id]
+        )
+        return stream_id if admitted == 1 else None
+
+    def renew(self, *, org_id: uuid.UUID, stream_id: str) -> bool:
+        """Extend the lease; False if it had lapsed."""
+        renewed = self._renew(keys=[streams_key(org_id)], args=[self._lease_ms, stream_id])
+        return bool(renewed == 1)
+
+    def release(self, *, org_id: uuid.UUID, stream_id: str) -> None:
+        """Best effort: a lease Redis cannot drop now lapses on its own."""
+        try:
+            self._client.zrem(streams_key(org_id), stream_id)
+        except redis.RedisError:
+            log.warning("could not release stream lease %s of org %s", stream_id, org_id)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a stream was not admitted, in the contract's error terms."""
+
+    code: str
+    message: str
+    retry_after_s: int
+
+
+class Slot:
+    """An admitted stream's process slot and lease, given back exactly once."""
+
+    def __init__(
+        self, *, leases: StreamLeases, threads: threading.BoundedSemaphore, org_id: uuid.UUID,
+        stream_id: str,
+    ) -> None:  # fmt: skip
+        self._leases, self._threads = leases, threads
+        self._org_id, self._stream_id = org_id, stream_id
+        self._lock = threading.Lock()
+        self._released = False
+
+    def renew(self) -> bool:
+        """Extend the lease; False if it lapsed (the stream should end)."""
+        return self._leases.renew(org_id=self._org_id, stream_id=self._stream_id)
+
+    def release(self) -> None:
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+        try:
+            self._leases.release(org_id=self._org_id, stream_id=self._stream_id)
+        finally:
+            self._threads.release()
+
+
+class StreamGate:
+    """Admits a stream while this process has a thread to spare and its org is under its
+    fleet-wide limit."""
+
+    def __init__(self, *, leases: StreamLeases, per_process: int, per_org: int) -> None:
+        self.per_process, self.per_org = per_process, per_org
+        self._leases = leases
+        self._threads = threading.BoundedSemaphore(per_process)
+
+    def admit(self, *, org_id: uuid.UUID) -> Slot | Refusal:
+        """A slot for a new stream of the org, or why not; Redis errors propagate."""
+        # The org's lease first: a burst the org is refused for then holds, for a moment,
+        # only leases of its own, never a process slot another org's stream needs.
+        stream_id = self._leases.acquire(org_id=org_id, limit=self.per_org)
+        if stream_id is None:
+            message = f"this organization already has {self.per_org} open event streams"
+            return Refusal("too_many_streams", message, ORG_RETRY_AFTER_S)
+        if not self._threads.acquire(blocking=False):
+            self._leases.release(org_id=org_id, stream_id=stream_id)
+            message = "this server has no room for another event stream; retry shortly"
+            return Refusal("streams_busy", message, PROCESS_RETRY_AFTER_S)
+        return Slot(leases=self._leases, threads=self._threads, org_id=org_id, stream_id=stream_id)
+
+
+@dataclass
+class StreamTimer:
+    """When the server ends a stream: no event for `idle_s`, or `max_s` after it began.
+
+    Times are `time.monotonic()` readings; pings are not events.
+    """
+
+    idle_s: float
+    max_s: float
+    started: float
+    last_event: float
+
+    @classmethod
+    def start(cls, now: float, *, idle_s: float, max_s: float) -> StreamTimer:
+        return cls(idle_s=idle_s, max_s=max_s, started=now, last_event=now)
+
+    def event(self, now: float) -> None:
+        self.last_event = now
+
+    def deadline(self) -> float:
+        return min(self.started + self.max_s, self.last_event + self.idle_s)
+
+    def ended(self, now: float) -> str | None:
+        """ "lifetime" or "idle" once the stream must end, else None."""
+        if now >= self.started + self.max_s:
+            return "lifetime"
+        if now >= self.last_event + self.idle_s:
+            return "idle"
+        return None
