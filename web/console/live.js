@@ -42,7 +42,8 @@ const MAX_BACKOFF_MS = 30_000;
 /**
  * Keep a live connection open: reconnect with exponential backoff when it ends.
  * onReady(reconnected) — the `ready` event arrived; onEvent(event) — any other event;
- * onLost() — an established connection ended without close() being called;
+ * onLost() — an established connection ended without close() being called, and without
+ *   the server's `end` event (it ends idle or old streams: we just reconnect, soon);
  * onFatal(status) — the server refused the stream (401/403/404): no retry.
  */
 export function openLiveStream({ url, headers, onReady, onEvent, onLost, onFatal }) {
@@ -54,6 +55,7 @@ export function openLiveStream({ url, headers, onReady, onEvent, onLost, onFatal
 
   async function connect() {
     let established = false;
+    let ended = false;
     try {
       const response = await fetch(url, {
         headers: { ...headers(), Accept: "text/event-stream" },
@@ -71,6 +73,8 @@ export function openLiveStream({ url, headers, onReady, onEvent, onLost, onFatal
           failures = 0;
           onReady(connectedOnce);
           connectedOnce = true;
+        } else if (event.event === "end") {
+          ended = true;
         } else {
           onEvent(event);
         }
@@ -85,6 +89,12 @@ export function openLiveStream({ url, headers, onReady, onEvent, onLost, onFatal
       // a network error or our own abort; handled below
     }
     if (closed) return;
+    if (ended) {
+      // An orderly end, not a lost connection: no disconnect trigger, no backoff. The
+      // jitter spreads the reconnects of streams that all reached their age at once.
+      timer = setTimeout(connect, 250 + Math.random() * 1000);
+      return;
+    }
     if (established) onLost();
     failures += 1;
     const base = Math.min(MAX_BACKOFF_MS, 500 * 2 ** Math.min(failures, 6));
