@@ -474,3 +474,30 @@ def test_streamable_http_answers_503_when_the_database_is_down(settings: Setting
     )
     with serving_http(rt_over(settings, dead, RecordingQueue())) as url:
         assert post_status(url, {"Authorization": "Bearer dl_any"}) == 503
+
+
+def test_the_depth_and_size_limits_hold_over_mcp_as_over_http(
+    server: Server[Any], session: dict[str, Any], connection: Connection
+) -> None:
+    """[2.1] items 3 and 6: the caps live in the domain, so MCP cannot bypass them."""
+    deep: Any = 1
+    for _ in range(200):
+        deep = [deep]
+    for value, problem in ((deep, "nested deeper than 32"), ("x" * 200_000, "at most 50000")):
+        result = call(
+            server,
+            "important_info",
+            {"sessionId": session["id"], "op": "$set", "key": "k", "value": value},
+        )
+        assert result.is_error
+        assert problem in payload(result)["error"]["message"]
+    assert tool_messages(connection, session["id"]) == []
+    facts = connection.execute(text("SELECT count(*) FROM facts")).scalar_one()
+    full = [
+        payload(call(server, "important_info", {
+            "sessionId": session["id"], "op": "$set", "key": f"k{i}", "value": "v" * 16_000,
+        }))["ok"]
+        for i in range(5)
+    ]  # fmt: skip
+    assert full == [True, True, True, True, False]
+    assert connection.execute(text("SELECT count(*) FROM facts")).scalar_one() == facts + 1
