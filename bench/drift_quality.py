@@ -1,6 +1,6 @@
 """bench/drift_quality: how well drift detection segments human-labelled dialogues.
 
-For every dialogue of the given files (see shared/data/topic-segmentation/README.md) it
+For every dialogue of the given files (the format: README.md, "Drift detection quality") it
 replays the production pipeline against the configured provider (`make_llm`; with no
 OPENAI_API_KEY that is the offline `local` one), in two modes:
 
@@ -173,7 +173,7 @@ class Dialogue:
 
 
 def load_dialogues(path: Path, limit: int | None = None) -> list[Dialogue]:
-    """The file's dialogues (format: shared/data/topic-segmentation/README.md)."""
+    """The file's dialogues (format: README.md, "Drift detection quality")."""
     raw = json.loads(path.read_text(encoding="utf-8"))
     dialogues = [
         Dialogue([str(u) for u in item["utterances"]], [int(n) for n in item["segments"]])
