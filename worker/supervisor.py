@@ -1,14 +1,29 @@
-"""`driftless up`: web, worker and beat in one process tree, on embedded servers by default."""
+"""`driftless up`: web, worker and beat in one process tree, on embedded servers by default.
+
+Each child leads a session and process group of its own: a signal to the group reaches
+what the child forked (gunicorn's workers), and a terminal's Ctrl-C reaches only this
+supervisor, which stops the groups in order. When Ctrl-C reached every process at once,
+a gunicorn worker could get SIGINT and its master's SIGQUIT back to back and deadlock in
+the second handler, then outlive its master holding the port.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Mapping
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 import click
 
@@ -18,8 +33,13 @@ from shared.db.engine import make_engine, make_session_factory
 from shared.db.migrate import upgrade
 from shared.db.uow import UnitOfWork
 from shared.queue import RecordingQueue
+from worker.multiproc import PRIVATE_DIR_PREFIX, remove_orphaned_dirs
 
-STOP_GRACE_S = 15
+STOP_GRACE_S = 10.0  # from SIGTERM to SIGKILL; work cut short is redelivered (acks_late)
+KILL_WAIT_S = 5.0  # after SIGKILL, for the kernel to tear the processes down
+START_TIMEOUT_S = 60.0  # for the web to answer /healthz
+POLL_S = 0.1
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 DEV_ORG = "dev"
 
 
@@ -46,8 +66,10 @@ def _commands(settings: Settings) -> dict[str, list[str]]:
     bin_dir = Path(sys.executable).parent
     return {
         "web": [
+            # No control socket: nothing here uses it, and gunicorn's default path
+            # (~/.gunicorn/gunicorn.ctl) is one per user, taken over by each system started.
             str(bin_dir / "gunicorn"), "--bind", f"127.0.0.1:{settings.port}",
-            "--workers", "2", "--threads", "4", "web.app:create_app()",
+            "--workers", "2", "--threads", "4", "--no-control-socket", "web.app:create_app()",
         ],
         "worker": [
             # One process for both queues on a laptop; the threads pool is the measured
@@ -62,22 +84,170 @@ def _commands(settings: Settings) -> dict[str, list[str]]:
     }  # fmt: skip
 
 
-def _stop(processes: dict[str, subprocess.Popen[bytes]]) -> None:
-    for process in processes.values():
-        if process.poll() is None:
-            process.terminate()
-    deadline = time.monotonic() + STOP_GRACE_S
-    for process in processes.values():
+@dataclass
+class ProcessGroup:
+    """A child started as the leader of a new session and process group (pgid = its pid)."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+
+    @classmethod
+    def start(cls, name: str, argv: list[str], env: Mapping[str, str]) -> ProcessGroup:
+        process = subprocess.Popen(
+            argv, env=dict(env), stdin=subprocess.DEVNULL, start_new_session=True
+        )
+        return cls(name, process)
+
+    def exited(self) -> int | None:
+        """The leader's exit status, or None while it runs."""
+        return self.process.poll()
+
+    def alive(self) -> bool:
+        """Whether any member is left; the leader's pid names the group even after it exits."""
+        self.process.poll()  # reap the leader: its zombie would keep the group alive
         try:
-            process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
+            os.killpg(self.process.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # a member that changed user is still a member
+            return True
+        return True
+
+    def signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signum)
+
+
+def stop_groups(groups: list[ProcessGroup], *, grace_s: float = STOP_GRACE_S) -> list[str]:
+    """SIGTERM every group, then SIGKILL those with members left after `grace_s`.
+
+    The whole group, not just the leader: a member can outlive its leader (a gunicorn
+    worker whose master died), and only a signal to the group reaches it then.
+    Returns the names of the groups that had to be killed.
+    """
+    for group in groups:
+        group.signal(signal.SIGTERM)
+    _wait_until_gone(groups, grace_s)
+    stubborn = [group for group in groups if group.alive()]
+    for group in stubborn:
+        group.signal(signal.SIGKILL)
+    _wait_until_gone(stubborn, KILL_WAIT_S)
+    return [group.name for group in stubborn]
+
+
+def _wait_until_gone(groups: list[ProcessGroup], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while any(group.alive() for group in groups) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+
+
+def _stop_and_say(groups: list[ProcessGroup]) -> None:
+    for name in stop_groups(groups):
+        click.echo(f"driftless: {name} did not stop within {STOP_GRACE_S:g} s; killed", err=True)
+
+
+class _StopSignals:
+    """Turns Ctrl-C, SIGTERM and SIGHUP into a flag the supervisor's loop polls."""
+
+    def __init__(self, cleanup: ExitStack) -> None:
+        self.received: int | None = None
+        for signum in STOP_SIGNALS:
+            previous = signal.signal(signum, self._handle)
+            cleanup.callback(
+                signal.signal, signum, signal.SIG_DFL if previous is None else previous
+            )
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        self.received = signum
+
+
+def _port_taken(port: int) -> bool:
+    """Whether something listens on 127.0.0.1:port (the bind gunicorn is about to try)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def _web_answers(port: int) -> bool:
+    # http.client, not urllib: urllib would send 127.0.0.1 through an HTTP_PROXY.
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+    try:
+        connection.request("GET", "/healthz")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        connection.close()
+
+
+def _web_metrics_dir(cleanup: ExitStack) -> str:
+    """The operator's PROMETHEUS_MULTIPROC_DIR, else a fresh one removed on stop.
+
+    Named like the worker's private directories, so that a worker started after this
+    supervisor was killed with `kill -9` removes it (worker.multiproc).
+    """
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return os.environ["PROMETHEUS_MULTIPROC_DIR"]
+    remove_orphaned_dirs()
+    path = tempfile.mkdtemp(prefix=f"{PRIVATE_DIR_PREFIX}{os.getpid()}-")
+    cleanup.callback(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def _environments(base: Mapping[str, str], web_metrics_dir: str) -> dict[str, dict[str, str]]:
+    """Each child's environment: the web's processes share one metrics directory.
+
+    The worker and beat do not get it: worker/main.py makes each its own, and a shared one
+    would make the web's /metrics and the worker's count each other's samples.
+    """
+    others = {k: v for k, v in base.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    return {
+        "web": {**others, "PROMETHEUS_MULTIPROC_DIR": web_metrics_dir},
+        "worker": others,
+        "beat": others,
+    }
+
+
+def _first_exit(groups: list[ProcessGroup]) -> str | None:
+    for group in groups:
+        status = group.exited()
+        if status is not None:
+            return f"{group.name} exited with {status}"
+    return None
+
+
+def _wait_for_web(groups: list[ProcessGroup], port: int, stop: _StopSignals) -> str | None:
+    """None once GET /healthz answers 200; else why not (a stop signal leaves it None)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while stop.received is None:
+        exited = _first_exit(groups)
+        if exited:
+            return f"{exited} before /healthz answered"
+        if _web_answers(port):
+            return None
+        if time.monotonic() > deadline:
+            return f"the web did not answer /healthz within {START_TIMEOUT_S:g} s"
+        time.sleep(POLL_S)
+    return None
 
 
 def run_system(settings: Settings) -> int:
-    """Run until Ctrl-C (or SIGTERM, or any child dying); returns the exit status."""
+    """Run until Ctrl-C (or SIGTERM, SIGHUP, or any child dying); returns the exit status."""
     home = settings.home
     home.mkdir(parents=True, exist_ok=True)
+    if _port_taken(settings.port):
+        click.echo(
+            f"driftless: port {settings.port} is in use (another `driftless up`?); "
+            "stop it or set PORT",
+            err=True,
+        )
+        return 1
+    # Callbacks run last-registered first: children stop before their metrics directory
+    # goes and before the embedded servers they use.
     with ExitStack() as cleanup:
         database_url, redis_url = settings.database_url, settings.redis_url
         if database_url is None:
@@ -98,32 +268,29 @@ def run_system(settings: Settings) -> int:
         env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url}
         env.setdefault("CELERY_BROKER_URL", settings.broker_url or redis_url)
         env.setdefault("LOG_FORMAT", "text")  # a person reads this terminal; JSON is for shippers
-        processes = {
-            name: subprocess.Popen(command, env=env)
-            for name, command in _commands(settings).items()
-        }
-        cleanup.callback(_stop, processes)
+        environments = _environments(env, _web_metrics_dir(cleanup))
 
-        stopping = False
+        stop = _StopSignals(cleanup)
+        groups: list[ProcessGroup] = []
+        cleanup.callback(_stop_and_say, groups)  # before starting: a failed start stops the rest
+        for name, command in _commands(settings).items():
+            groups.append(ProcessGroup.start(name, command, environments[name]))
 
-        def _on_signal(signum: int, _frame: object) -> None:
-            nonlocal stopping
-            stopping = True
-
-        signal.signal(signal.SIGINT, _on_signal)
-        signal.signal(signal.SIGTERM, _on_signal)
-        click.echo(f"driftless is up: http://127.0.0.1:{settings.port}  (console: /console)")
-        click.echo(f"database: {database_url}")
-        click.echo(f"redis:    {redis_url}")
-        click.echo("dev API key (Authorization: Bearer <key>):")
-        click.echo(key)
-        while not stopping:
-            for name, process in processes.items():
-                if process.poll() is not None:
-                    click.echo(
-                        f"driftless: {name} exited with {process.returncode}; stopping", err=True
-                    )
-                    return 1
-            time.sleep(0.5)
+        failure = _wait_for_web(groups, settings.port, stop)
+        if failure:
+            click.echo(f"driftless: {failure}; stopping", err=True)
+            return 1
+        if stop.received is None:
+            click.echo(f"driftless is up: http://127.0.0.1:{settings.port}  (console: /console)")
+            click.echo(f"database: {database_url}")
+            click.echo(f"redis:    {redis_url}")
+            click.echo("dev API key (Authorization: Bearer <key>):")
+            click.echo(key)
+        while stop.received is None:
+            exited = _first_exit(groups)
+            if exited:
+                click.echo(f"driftless: {exited}; stopping", err=True)
+                return 1
+            time.sleep(POLL_S)
         click.echo("driftless: stopping…")
     return 0
