@@ -15,8 +15,9 @@ from shared.db.uow import UnitOfWork
 from shared.errors import DomainError, Invalid
 from shared.tools.service import execute_tool
 from web.mcp.runtime import McpRuntime
-from web.schemas import ToolResultOut, dump
-from web.views.context import context_document
+from web.schemas.common import dump
+from web.schemas.context import context_document
+from web.schemas.tools import ToolResultOut
 
 
 class Unauthorized(DomainError):

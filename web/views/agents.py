@@ -5,7 +5,8 @@ from typing import Any
 from shared.agents.service import get_agent, put_agent
 from web.auth import current_org
 from web.runtime import unit_of_work
-from web.schemas import AgentIn, AgentOut, AgentPath, dump
+from web.schemas.agents import AgentIn, AgentOut, AgentPath
+from web.schemas.common import dump
 from web.views.common import api_blueprint
 
 bp = api_blueprint("agents", "agents")

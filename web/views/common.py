@@ -8,7 +8,7 @@ from typing import Any
 from flask_openapi3 import APIBlueprint, Tag
 from pydantic import BaseModel
 
-from web.schemas import ErrorOut
+from web.schemas.common import ErrorOut
 
 SECURITY: list[dict[str, list[str]]] = [{"bearer": []}]
 # Every status the app's own handlers can answer on any route (web/body.py, web/errors.py):

@@ -6,16 +6,15 @@ from shared.curation.service import memory_history, user_cycle_memory, user_set_
 from shared.evaluations.service import list_evaluations
 from web.auth import current_org
 from web.runtime import unit_of_work
-from web.schemas import (
+from web.schemas.common import TopicPath, dump
+from web.schemas.curation import (
     EvaluationOut,
     EvaluationsOut,
     HistoryOut,
     MemoryChangeOut,
     MemoryStateIn,
-    TopicOut,
-    TopicPath,
-    dump,
 )
+from web.schemas.topics import TopicOut
 from web.views.common import api_blueprint
 
 bp = api_blueprint("curation", "curation")

@@ -9,7 +9,8 @@ from shared.erasure.service import erase_user, forget_in_redis
 from shared.memory.scope import Scope
 from web.auth import current_org
 from web.runtime import runtime, unit_of_work
-from web.schemas import ErasedOut, UserPath, dump
+from web.schemas.common import dump
+from web.schemas.erasure import ErasedOut, UserPath
 from web.views.common import api_blueprint
 
 log = logging.getLogger(__name__)

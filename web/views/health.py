@@ -8,7 +8,8 @@ from flask_openapi3 import APIBlueprint, Tag
 from sqlalchemy import text
 
 from web.runtime import runtime
-from web.schemas import HealthOut, dump
+from web.schemas.common import dump
+from web.schemas.health import HealthOut
 
 bp = APIBlueprint("health", __name__, abp_tags=[Tag(name="health")])
 

@@ -27,7 +27,7 @@ from shared.triggers.service import request_evaluation
 from web.auth import current_org
 from web.errors import error_response
 from web.runtime import WebRuntime, runtime, unit_of_work
-from web.schemas import ErrorOut, SessionPath
+from web.schemas.common import ErrorOut, SessionPath
 from web.views.common import api_blueprint
 
 log = logging.getLogger(__name__)

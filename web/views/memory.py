@@ -8,16 +8,8 @@ from shared.memory.scope import Scope
 from shared.memory.service import memory_block
 from web.auth import current_org
 from web.runtime import runtime, unit_of_work
-from web.schemas import (
-    ErrorOut,
-    FactPath,
-    FactsIn,
-    FactsOut,
-    MemoryEntryOut,
-    MemoryOut,
-    ScopeQuery,
-    dump,
-)
+from web.schemas.common import ErrorOut, ScopeQuery, dump
+from web.schemas.memory import FactPath, FactsIn, FactsOut, MemoryEntryOut, MemoryOut
 from web.views.common import api_blueprint
 
 bp = api_blueprint("memory", "memory")

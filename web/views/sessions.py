@@ -7,24 +7,22 @@ from shared.sessions.service import SessionView
 from shared.topics.service import open_topic
 from web.auth import current_org
 from web.runtime import runtime, unit_of_work
-from web.schemas import (
+from web.schemas.common import ScopeQuery, SessionPath, dump
+from web.schemas.sessions import (
     MessageIn,
     MessageListOut,
     MessageOut,
     MessageQuery,
     PostedMessageOut,
     ScopeOut,
-    ScopeQuery,
     ScopesOut,
     SessionIn,
     SessionOut,
-    SessionPath,
     SessionsOut,
     SessionWithTopicsOut,
     TopicIn,
-    TopicOut,
-    dump,
 )
+from web.schemas.topics import TopicOut
 from web.views.common import api_blueprint
 
 bp = api_blueprint("sessions", "sessions")

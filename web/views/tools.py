@@ -6,7 +6,8 @@ from shared.tools.definitions import BUILT_IN_TOOLS
 from shared.tools.service import execute_tool
 from web.auth import current_org
 from web.runtime import unit_of_work
-from web.schemas import ToolCallIn, ToolPath, ToolResultOut, ToolsOut, dump
+from web.schemas.common import dump
+from web.schemas.tools import ToolCallIn, ToolPath, ToolResultOut, ToolsOut
 from web.views.common import api_blueprint
 
 bp = api_blueprint("tools", "tools")

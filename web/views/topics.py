@@ -6,7 +6,8 @@ from shared.notes.service import topic_notes
 from shared.topics.service import get_topic
 from web.auth import current_org
 from web.runtime import unit_of_work
-from web.schemas import TopicNotesOut, TopicOut, TopicPath, dump
+from web.schemas.common import TopicPath, dump
+from web.schemas.topics import TopicNotesOut, TopicOut
 from web.views.common import api_blueprint
 
 bp = api_blueprint("topics", "topics")

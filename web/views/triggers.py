@@ -5,7 +5,8 @@ from typing import Any
 from shared.triggers.service import request_evaluation
 from web.auth import current_org
 from web.runtime import runtime, unit_of_work
-from web.schemas import EvaluateIn, EvaluateOut, SessionPath, dump
+from web.schemas.common import SessionPath, dump
+from web.schemas.triggers import EvaluateIn, EvaluateOut
 from web.views.common import api_blueprint
 
 bp = api_blueprint("triggers", "triggers")

@@ -1,0 +1,82 @@
+"""The bases of every model, the error shape, `dump`, and paths and queries shared by features."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from shared.storable import storable
+
+# Scope ids come from the calling platform and are opaque (CONTRACT.md): kept exactly as
+# sent, whatever they hold (`:`, braces, spaces, any Unicode), bounded and not blank.
+# Stripping them would make " ada" and "ada" one scope.
+ScopeId = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"\S")]
+
+
+class Input(BaseModel):
+    """Every request model: each field is checked by `storable` before its own type."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        return storable(value)
+
+
+class CamelModel(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, validate_by_name=True, from_attributes=True, extra="forbid"
+    )
+
+
+class Body(CamelModel, Input):
+    """A request body; JSON types are not coerced ("5" is not a number)."""
+
+    model_config = ConfigDict(strict=True)
+
+
+class OptionalBody(Body):
+    """A body every field of which is optional: an empty request body means `{}`."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_is_empty_object(cls, data: Any) -> Any:
+        return {} if data is None else data
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    """JSON-ready camelCase dict."""
+    return model.model_dump(mode="json", by_alias=True)
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorOut(BaseModel):
+    error: ErrorDetail
+
+
+# --- paths and queries of several features --------------------------------------------
+
+
+class SessionPath(BaseModel):
+    sid: uuid.UUID
+
+
+class TopicPath(BaseModel):
+    tid: uuid.UUID
+
+
+class ScopeQuery(CamelModel, Input):
+    agent_id: ScopeId
+    user_id: ScopeId
