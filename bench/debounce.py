@@ -27,11 +27,11 @@ from bench.common import BenchEnv, arguments, bench_env, percentile
 from shared.auth.service import org_for_key
 from shared.config import Settings
 from shared.evaluations.models import Evaluation
+from shared.queue import CeleryJobQueue
 from shared.sessions.service import create_session, post_message
 from shared.triggers.debounce import Debouncer
 from shared.triggers.service import debounce_trigger
 from worker.app import make_celery
-from worker.queue import CeleryJobQueue
 
 MAX_BURST = 20
 MAX_GAP_S = 0.5  # below the 2 s debounce: a burst is a burst

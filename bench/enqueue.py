@@ -35,12 +35,11 @@ import redis
 from bench.common import BenchEnv, arguments, bench_env, describe, machine
 from shared.config import Settings
 from shared.db.uow import UnitOfWork
-from shared.queue import EVALUATE_TOPIC, Job, JobQueue
+from shared.queue import EVALUATE_TOPIC, CeleryJobQueue, Job, JobQueue
 from shared.sessions.service import create_session, post_message
 from shared.triggers.debounce import Debouncer
 from shared.triggers.service import debounce_trigger
 from worker.app import make_celery
-from worker.queue import CeleryJobQueue
 
 CONTENT = "We decided to keep invoices in EUR; the migration deadline is March 3."
 

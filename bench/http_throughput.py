@@ -42,8 +42,8 @@ from bench.common import (
     subprocess_running,
     wait_until,
 )
+from shared.queue import LLM_QUEUE
 from shared.sessions.service import create_session
-from worker.app import LLM_QUEUE
 
 # A typical chat turn: a couple of sentences.
 CONTENT = (

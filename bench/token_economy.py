@@ -51,6 +51,7 @@ from shared.evaluations.models import Evaluation
 from shared.llm.base import LLM, Completion, DriftRequest, SummaryRequest
 from shared.llm.factory import make_llm
 from shared.llm.prompts import SUMMARY_INSTRUCTIONS, one_line
+from shared.queue import CeleryJobQueue
 from shared.sessions.models import Message
 from shared.sessions.service import create_session, post_message
 from shared.topics.models import Topic
@@ -59,7 +60,6 @@ from shared.triggers.service import request_evaluation
 from tests.llm_server import FakeOpenAI
 from worker.app import make_celery
 from worker.context import context_of
-from worker.queue import CeleryJobQueue
 
 # The built-in conversation: (subject, messages, facets). Lengths are even, so every
 # subject opens with a user message; they add up to 200.

@@ -45,13 +45,12 @@ from bench.common import (
 from shared.config import Settings
 from shared.db.uow import UnitOfWork
 from shared.evaluations.models import Evaluation
-from shared.queue import SUMMARIZE_TOPIC, Job, RecordingQueue
+from shared.queue import LLM_QUEUE, SUMMARIZE_TOPIC, CeleryJobQueue, Job, RecordingQueue
 from shared.sessions.service import create_session, post_message
 from shared.topics.models import Topic
 from shared.topics.service import open_topic
 from tests.llm_server import FakeOpenAI
-from worker.app import LLM_QUEUE, make_celery
-from worker.queue import CeleryJobQueue
+from worker.app import make_celery
 
 TURNS = [
     ("user", "Let's settle the stack for the billing service before Friday."),

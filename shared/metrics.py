@@ -12,6 +12,14 @@ from prometheus_client import Counter, Histogram
 from sqlalchemy import event
 from sqlalchemy.orm import Session, SessionTransaction
 
+JOBS_ENQUEUED = Counter(
+    "driftless_jobs_enqueued_total", "Jobs handed to the broker, by task", ["task"]
+)
+JOBS_SEND_FAILED = Counter(
+    "driftless_jobs_send_failed_total",
+    "Jobs the broker refused (after a commit the reconciler re-enqueues them)",
+    ["task"],
+)
 LLM_CALLS = Counter(
     "driftless_llm_calls_total",
     "LLM calls by model, purpose (summarize, detect_drift) and outcome (ok, error)",

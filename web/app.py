@@ -5,23 +5,20 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import redis
 from flask import jsonify
 from flask_openapi3 import Info, OpenAPI
 from sqlalchemy.orm import Session, sessionmaker
 
+from shared.bootstrap import Runtime
 from shared.config import Settings, load_settings_or_exit
-from shared.db.engine import make_engine, make_session_factory
-from shared.limits import Limits
+from shared.logs import configure_logging
 from shared.queue import JobQueue
-from shared.runtime import resolve_endpoints
-from shared.triggers.debounce import Debouncer
 from web.auth import install_auth
 from web.body import install_body_checks
 from web.errors import install_error_handlers, validation_error_response
+from web.jobs import make_job_queue
 from web.logcontext import install_log_context
 from web.metrics import install_metrics
-from web.runtime import WebRuntime
 from web.security_headers import install_security_headers
 from web.views import (
     agents,
@@ -37,9 +34,6 @@ from web.views import (
     topics,
     triggers,
 )
-from worker.app import make_celery
-from worker.logs import configure_logging
-from worker.queue import CeleryJobQueue
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +54,6 @@ def create_app(
     if settings is None:  # a real process (gunicorn "web.app:create_app()"): its logging
         settings = load_settings_or_exit()
         configure_logging(settings.log_format)
-    endpoints = resolve_endpoints(settings)
     app = OpenAPI(
         __name__,
         info=Info(title="driftless", version="0.1.0"),
@@ -71,25 +64,9 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
 
-    engine = make_engine(
-        endpoints.database_url,
-        pool_size=settings.db_pool_size,
-        max_overflow=settings.db_max_overflow,
-    )
-    if queue is None:
-        queue = CeleryJobQueue(make_celery(settings, endpoints=endpoints))
-    # Short timeouts: a Redis outage must degrade requests (R29), not hang them.
-    client = redis.Redis.from_url(endpoints.redis_url, socket_connect_timeout=1, socket_timeout=2)
-    app.extensions["driftless"] = WebRuntime(
-        settings=settings,
-        engine=engine,
-        session_factory=session_factory or make_session_factory(engine),
-        queue=queue,
-        redis=client,
-        redis_url=endpoints.redis_url,
-        debouncer=Debouncer.from_settings(client, settings),
-        limits=Limits(max_json_depth=settings.max_json_depth),
-    )
+    app.extensions["driftless"] = Runtime(
+        settings, make_queue=make_job_queue, queue=queue, session_factory=session_factory
+    ).build()
 
     install_metrics(app)  # first: it times everything, rejected requests included
     install_log_context(app)  # before auth: a refused request's log lines carry its id too

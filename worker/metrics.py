@@ -29,23 +29,10 @@ from prometheus_client import Counter, Histogram, multiprocess
 from prometheus_client import start_http_server as _start_http_server
 
 from shared.metrics_export import multiprocess_registry
-from shared.queue import FIRE_DEBOUNCE
+from shared.queue import DUE_AT_HEADER, FIRE_DEBOUNCE
 
 log = logging.getLogger(__name__)
 
-# Custom message headers, set by CeleryJobQueue.send: when the job was handed to the
-# broker, and when it became due (that plus its countdown). Lag runs from the latter.
-ENQUEUED_AT_HEADER = "driftless_enqueued_at"
-DUE_AT_HEADER = "driftless_due_at"
-
-JOBS_ENQUEUED = Counter(
-    "driftless_jobs_enqueued_total", "Jobs handed to the broker, by task", ["task"]
-)
-JOBS_SEND_FAILED = Counter(
-    "driftless_jobs_send_failed_total",
-    "Jobs the broker refused (after a commit the reconciler re-enqueues them)",
-    ["task"],
-)
 JOBS_SUCCEEDED = Counter("driftless_jobs_succeeded_total", "Tasks that returned", ["task"])
 JOBS_FAILED = Counter(
     "driftless_jobs_failed_total", "Tasks that raised (retries exhausted, or not retryable)",
@@ -70,13 +57,6 @@ DEBOUNCE_FIRES = Counter(
     " stale: another job already fired)",
     ["status"],
 )
-
-
-def job_headers(countdown: float | None) -> dict[str, float]:
-    """The headers CeleryJobQueue puts on a message (wall-clock seconds). Beat's periodic
-    jobs carry none, so they are not in the lag histogram."""
-    enqueued_at = time.time()
-    return {ENQUEUED_AT_HEADER: enqueued_at, DUE_AT_HEADER: enqueued_at + (countdown or 0.0)}
 
 
 # --- task signals ---------------------------------------------------------------------

@@ -28,11 +28,10 @@ from types import FrameType
 import click
 
 from shared.auth.service import create_api_key, org_for_key
+from shared.bootstrap import Runtime
 from shared.config import Settings
-from shared.db.engine import make_engine, make_session_factory
 from shared.db.migrate import upgrade
-from shared.db.uow import UnitOfWork
-from shared.queue import RecordingQueue
+from shared.runtime import Endpoints
 from worker.multiproc import PRIVATE_DIR_PREFIX, remove_orphaned_dirs
 
 STOP_GRACE_S = 10.0  # from SIGTERM to SIGKILL; work cut short is redelivered (acks_late)
@@ -43,20 +42,16 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 DEV_ORG = "dev"
 
 
-def _dev_key(database_url: str, home: Path) -> str:
+def _dev_key(runtime: Runtime, home: Path) -> str:
     """The dev key kept in `home/dev-key`, re-created if the database no longer knows it."""
     key_file = home / "dev-key"
-    engine = make_engine(database_url, pool_size=1, max_overflow=0)
-    try:
-        with UnitOfWork(make_session_factory(engine), RecordingQueue()) as uow:
-            if key_file.exists():
-                key = key_file.read_text().strip()
-                if org_for_key(uow=uow, key=key) is not None:
-                    return key
-            key = create_api_key(uow=uow, org_name=DEV_ORG)
-            uow.commit()
-    finally:
-        engine.dispose()
+    with runtime.unit_of_work() as uow:
+        if key_file.exists():
+            key = key_file.read_text().strip()
+            if org_for_key(uow=uow, key=key) is not None:
+                return key
+        key = create_api_key(uow=uow, org_name=DEV_ORG)
+        uow.commit()
     key_file.write_text(key + "\n")
     key_file.chmod(0o600)
     return key
@@ -263,7 +258,12 @@ def run_system(settings: Settings) -> int:
             cleanup.callback(embedded_redis.stop)
             redis_url = embedded_redis.url
         upgrade(database_url)
-        key = _dev_key(database_url, home)
+        endpoints = Endpoints(database_url, redis_url, settings.broker_url or redis_url)
+        runtime = Runtime(settings, endpoints=endpoints, pool_size=1, max_overflow=0)
+        try:
+            key = _dev_key(runtime, home)
+        finally:
+            runtime.close()
 
         env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url}
         env.setdefault("CELERY_BROKER_URL", settings.broker_url or redis_url)

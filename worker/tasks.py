@@ -27,6 +27,7 @@ from shared.queue import (
     RECONCILE,
     SUMMARIZE_TOPIC,
     SWEEP_IDLE,
+    CeleryJobQueue,
     Job,
 )
 from shared.retention.service import purge_idle_sessions as purge_idle
@@ -34,7 +35,6 @@ from shared.summaries.service import summarize_topic as summarize
 from shared.topics.reconcile import Claims, reconcile_lost_work
 from shared.triggers.service import debounce_trigger, idle_topics
 from worker.context import context_of, unit_of_work
-from worker.queue import CeleryJobQueue
 
 log = logging.getLogger(__name__)
 

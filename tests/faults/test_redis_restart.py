@@ -39,7 +39,7 @@ READ_EVERY = 4
 TRIGGERS = ["navigation", "visibility", "disconnect", "manual"]
 EVALUATE_STATUSES = {"scheduled", "coalesced", "suppressed", "dropped"}
 LLM_DELAY_S = 0.5
-# Without worker/broker.py's transport, celery 5.7 / kombu 5.7 end the worker when the
+# Without shared/broker.py's transport, celery 5.7 / kombu 5.7 end the worker when the
 # broker connection drops while a late-ack job runs (both tests below caught it).
 SUMMARY = '{"title": "Load", "summary": "A topic of the load test.", "include_in_memory": false}'
 

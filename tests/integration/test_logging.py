@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shared import logcontext
 from shared.config import Settings
+from shared.logs import LogFormat, configure_logging
 from shared.queue import Job
 from tests.helpers import new_session
-from worker.logs import LogFormat, configure_logging
 
 
 class BrokenQueue:

@@ -41,7 +41,7 @@ from shared.queue import INVALIDATE_MEMORY, RecordingQueue
 from shared.sessions.service import create_session
 from shared.tools.definitions import BUILT_IN_TOOLS
 from tests.helpers import new_session, post_message, wait_for
-from web.mcp.runtime import McpRuntime
+from shared.bootstrap import Runtime
 from web.mcp.server import build_server, http_app
 
 T = TypeVar("T")
@@ -70,25 +70,19 @@ def payload(result: CallToolResult) -> Any:
     return body
 
 
-def rt_over(settings: Settings, factory: sessionmaker[Session], queue: Any) -> McpRuntime:
-    assert settings.redis_url is not None
-    return McpRuntime(
-        settings=settings,
-        session_factory=factory,
-        queue=queue,
-        redis=redis.Redis.from_url(settings.redis_url),
-    )
+def rt_over(settings: Settings, factory: sessionmaker[Session], queue: Any) -> Runtime:
+    return Runtime(settings, session_factory=factory, queue=queue)
 
 
 @pytest.fixture
 def mcp_runtime(
     settings: Settings, session_factory: sessionmaker[Session], queue: RecordingQueue
-) -> McpRuntime:
+) -> Runtime:
     return rt_over(settings, session_factory, queue)
 
 
 @pytest.fixture
-def server(mcp_runtime: McpRuntime, api_key: str) -> Server[Any]:
+def server(mcp_runtime: Runtime, api_key: str) -> Server[Any]:
     return build_server(mcp_runtime, api_key=api_key)
 
 
@@ -317,7 +311,7 @@ def test_an_unknown_tool_is_a_tool_error(server: Server[Any], session: dict[str,
 
 
 def test_a_revoked_or_missing_key_is_unauthorized(
-    mcp_runtime: McpRuntime, api_key: str, session: dict[str, Any], connection: Connection
+    mcp_runtime: Runtime, api_key: str, session: dict[str, Any], connection: Connection
 ) -> None:
     arguments = {"sessionId": session["id"], "op": "read"}
     missing = call(build_server(mcp_runtime), "notes", arguments)
@@ -402,7 +396,7 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving_http(rt: McpRuntime) -> Iterator[str]:
+def serving_http(rt: Runtime) -> Iterator[str]:
     port = free_port()
     app = http_app(rt, host="127.0.0.1", port=port)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))

@@ -261,10 +261,10 @@ def test_a_worker_behind_pgbouncer_summarizes_and_promotes(
     migrated: Bouncer, bouncer_settings: Settings, fake_openai: FakeOpenAI
 ) -> None:
     import worker.tasks  # noqa: F401  (registers the shared tasks before the app finalizes)
+    from shared.queue import CeleryJobQueue
     from web.app import create_app
     from worker.app import make_celery
     from worker.context import context_of
-    from worker.queue import CeleryJobQueue
 
     fake_openai.answer_json(GOOD)
     celery_app = make_celery(bouncer_settings)

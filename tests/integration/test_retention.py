@@ -22,14 +22,14 @@ from shared.db.uow import UnitOfWork
 from shared.llm.local_provider import LocalProvider
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
-from shared.queue import PURGE_IDLE_SESSIONS, SUMMARIZE_TOPIC, Job, RecordingQueue
+from shared.queue import PURGE_IDLE_SESSIONS, SUMMARIZE_TOPIC, TASK_ROUTES, Job, RecordingQueue
 from shared.retention.service import Purged, purge_idle_sessions
 from shared.summaries.service import summarize_topic
 from shared.summaries.transcript import HEAD_MESSAGES, read_transcript
 from shared.topics.fork import fork_topic, record_fork
 from shared.topics.models import Topic
 from tests.helpers import new_session, post_message
-from worker.app import TASK_ROUTES, beat_schedule
+from worker.app import beat_schedule
 
 RETENTION = dt.timedelta(days=30)
 MEMORY = "/agents-api/memory?agentId=agent-1&userId=user-1"

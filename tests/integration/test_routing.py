@@ -6,10 +6,9 @@ import pytest
 import redis
 
 from shared.config import Settings
-from shared.queue import RECONCILE, SUMMARIZE_TOPIC, Job
+from shared.queue import FAST_QUEUE, LLM_QUEUE, RECONCILE, SUMMARIZE_TOPIC, CeleryJobQueue, Job
 from tests import services
-from worker.app import FAST_QUEUE, LLM_QUEUE, make_celery
-from worker.queue import CeleryJobQueue
+from worker.app import make_celery
 
 # A broker database of its own, beside the suite's (see tests/services.py).
 ROUTING_REDIS_DB = services.DATA_REDIS_DB - 2

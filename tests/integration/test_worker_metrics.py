@@ -31,10 +31,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.config import Settings
-from shared.queue import SUMMARIZE_TOPIC, Job, RecordingQueue
+from shared.queue import SUMMARIZE_TOPIC, CeleryJobQueue, Job, RecordingQueue
 from tests.helpers import new_session, post_message, wait_for
 from worker.app import make_celery
-from worker.queue import CeleryJobQueue
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -19,7 +19,8 @@ import yaml
 
 from shared.config import ENVIRONMENT, ConfigError, load_settings
 from shared.llm.factory import longest_llm_call_s
-from worker.app import LLM_TASK_TIME_LIMIT_S, TASK_ROUTES
+from shared.queue import TASK_ROUTES
+from worker.app import LLM_TASK_TIME_LIMIT_S
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from celery.concurrency import get_implementation
 
+from shared.bootstrap import Runtime
 from shared.config import Settings
 from shared.runtime import Endpoints
-from worker.context import WorkerContext, pool_name
+from worker.context import pool_name, size_for_worker
 
 ENDPOINTS = Endpoints(
     database_url="postgresql://postgres@127.0.0.1:5432/x",
@@ -44,8 +45,8 @@ def test_the_pool_is_named_by_alias_or_class(given: object, name: str) -> None:
 def test_a_threads_worker_gets_a_connection_per_thread(
     pool: str, concurrency: int, expected: int
 ) -> None:
-    context = WorkerContext(Settings(db_pool_size=5, db_max_overflow=3), ENDPOINTS)
-    context.size_for_worker(pool=pool, concurrency=concurrency)
-    assert context.pool_size == expected
-    assert context.engine.pool.size() == expected  # type: ignore[attr-defined]
-    assert context.engine.pool._max_overflow == 3  # type: ignore[attr-defined]
+    runtime = Runtime(Settings(db_pool_size=5, db_max_overflow=3), endpoints=ENDPOINTS)
+    size_for_worker(runtime, pool=pool, concurrency=concurrency)
+    assert runtime.pool_size == expected
+    assert runtime.engine.pool.size() == expected  # type: ignore[attr-defined]
+    assert runtime.engine.pool._max_overflow == 3  # type: ignore[attr-defined]

@@ -16,13 +16,13 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 
 from shared.auth.service import org_for_key
-from web.mcp.runtime import McpRuntime
+from shared.bootstrap import Runtime
 
 
 class ApiKeyVerifier:
     """The SDK's TokenVerifier over driftless API keys (shared/auth)."""
 
-    def __init__(self, rt: McpRuntime) -> None:
+    def __init__(self, rt: Runtime) -> None:
         self._rt = rt
 
     def _org_of(self, key: str) -> str | None:

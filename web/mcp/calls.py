@@ -10,11 +10,11 @@ import uuid
 from typing import Any
 
 from shared.auth.service import org_for_key
+from shared.bootstrap import Runtime
 from shared.context.service import ContextOptions, assemble_context
 from shared.db.uow import UnitOfWork
 from shared.errors import DomainError, Invalid
 from shared.tools.service import execute_tool
-from web.mcp.runtime import McpRuntime
 from web.schemas.common import dump
 from web.schemas.context import context_document
 from web.schemas.tools import ToolResultOut
@@ -50,7 +50,7 @@ def _org(uow: UnitOfWork, key: str | None) -> uuid.UUID:
 
 
 def call_built_in(
-    rt: McpRuntime, *, key: str | None, name: str, arguments: dict[str, Any] | None
+    rt: Runtime, *, key: str | None, name: str, arguments: dict[str, Any] | None
 ) -> dict[str, Any]:
     """Run a built-in tool as POST /sessions/{id}/tools/{name} does; stored in the thread (R7)."""
     session_id, tool_arguments = split_session_id(arguments)
@@ -69,7 +69,7 @@ def call_built_in(
 
 
 def session_context(
-    rt: McpRuntime, *, key: str | None, arguments: dict[str, Any] | None
+    rt: Runtime, *, key: str | None, arguments: dict[str, Any] | None
 ) -> dict[str, Any]:
     """The context stack, as GET /sessions/{id}/context answers it (R1–R3)."""
     session_id, rest = split_session_id(arguments)

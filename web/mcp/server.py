@@ -34,7 +34,7 @@ from shared.errors import DomainError
 from shared.tools.definitions import BUILT_IN_TOOL_NAMES
 from web.mcp.auth import ApiKeyVerifier, caller_key
 from web.mcp.calls import call_built_in, session_context
-from web.mcp.runtime import McpRuntime
+from shared.bootstrap import Runtime
 from web.mcp.tools import GET_CONTEXT, INPUT_SCHEMAS, TOOLS
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ async def _guarded(call: Callable[[], dict[str, Any]]) -> CallToolResult:
     return _result(payload, is_error=payload.get("ok") is False)
 
 
-def build_server(rt: McpRuntime, *, api_key: str | None = None) -> Server[Any]:
+def build_server(rt: Runtime, *, api_key: str | None = None) -> Server[Any]:
     """The MCP server over `rt`; `api_key` identifies the caller where no HTTP request does."""
 
     async def list_tools(
@@ -111,14 +111,14 @@ def build_server(rt: McpRuntime, *, api_key: str | None = None) -> Server[Any]:
     )
 
 
-async def serve_stdio(rt: McpRuntime, *, api_key: str) -> None:
+async def serve_stdio(rt: Runtime, *, api_key: str) -> None:
     """Serve one client on stdin/stdout until it closes them."""
     server = build_server(rt, api_key=api_key)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-def http_app(rt: McpRuntime, *, host: str, port: int, path: str = "/mcp") -> Starlette:
+def http_app(rt: Runtime, *, host: str, port: int, path: str = "/mcp") -> Starlette:
     """The streamable-HTTP app at `path`; every request needs 'Authorization: Bearer <key>'."""
     server = build_server(rt)
     # The SDK only installs its bearer middleware together with AuthSettings. We act as a
@@ -145,7 +145,7 @@ async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"error": error}, status_code=500)
 
 
-def serve_http(rt: McpRuntime, *, host: str, port: int) -> None:
+def serve_http(rt: Runtime, *, host: str, port: int) -> None:
     import uvicorn
 
     uvicorn.run(http_app(rt, host=host, port=port), host=host, port=port, log_level="info")

@@ -20,13 +20,14 @@ from collections.abc import Iterator
 import redis
 from flask import Response, current_app, stream_with_context
 
+from shared.bootstrap import Runtime
 from shared.live import channel
 from shared.live_streams import Refusal, Slot, StreamGate, StreamLeases, StreamTimer
 from shared.sessions.service import load_session
 from shared.triggers.service import request_evaluation
 from web.auth import current_org
 from web.errors import error_response
-from web.runtime import WebRuntime, runtime, unit_of_work
+from web.runtime import runtime, unit_of_work
 from web.schemas.common import ErrorOut, SessionPath
 from web.views.common import api_blueprint
 
@@ -58,7 +59,7 @@ def _server_threads() -> int | None:
     return None
 
 
-def _gate(rt: WebRuntime) -> StreamGate:
+def _gate(rt: Runtime) -> StreamGate:
     """This app's gate, made on its first stream (in gunicorn's worker, after the fork)."""
     with _gate_lock:
         gate: StreamGate | None = current_app.extensions.get(_GATE)
@@ -74,7 +75,7 @@ def _gate(rt: WebRuntime) -> StreamGate:
     return gate
 
 
-def _disconnected(rt: WebRuntime, org_id: uuid.UUID, session_id: uuid.UUID) -> None:
+def _disconnected(rt: Runtime, org_id: uuid.UUID, session_id: uuid.UUID) -> None:
     """The client went away: the "socket disconnect" exit trigger (R27)."""
     try:
         with unit_of_work() as uow:
@@ -113,13 +114,13 @@ def events(path: SessionPath) -> Response:
     return response
 
 
-def _stream(rt: WebRuntime, org_id: uuid.UUID, session_id: uuid.UUID, slot: Slot) -> Iterator[str]:
+def _stream(rt: Runtime, org_id: uuid.UUID, session_id: uuid.UUID, slot: Slot) -> Iterator[str]:
     settings = rt.settings
     timer = StreamTimer.start(
         time.monotonic(), idle_s=settings.stream_idle_s, max_s=settings.stream_max_s
     )
     # A connection of its own without a read timeout: it waits for events by design.
-    listener = redis.Redis.from_url(rt.redis_url)
+    listener = redis.Redis.from_url(rt.endpoints.redis_url)
     pubsub = listener.pubsub(ignore_subscribe_messages=True)
     ended: str | None = None  # why the server ended it; None: the client went away
     try:

@@ -1,0 +1,131 @@
+"""The one place that builds what a process needs: engine, sessions, Redis, job queue, LLM.
+
+Every entry point asks for a `Runtime` here — the Flask app, the Celery worker, the CLI,
+the MCP server — and hands it on; none wires another. An entry point passes only what is
+its own: how it sends jobs (the web's producer or the worker's Celery app: the domain
+never imports Celery), how many of its threads share the engine, and, in tests, the
+stand-ins it wants instead of the real thing.
+
+Everything is built on first use: a prefork worker child must not inherit its parent's
+connections, and a CLI command that never touches Redis should not connect to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cached_property
+
+import redis
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from shared.config import Settings
+from shared.db.engine import bound_transactions, make_engine, make_session_factory
+from shared.db.uow import UnitOfWork
+from shared.limits import Limits
+from shared.llm.base import LLM
+from shared.llm.factory import make_llm
+from shared.queue import JobQueue, RecordingQueue
+from shared.runtime import Endpoints, resolve_endpoints
+from shared.triggers.debounce import Debouncer
+
+# A request or a CLI command must fail, not hang, when Redis is down (R29: the exit
+# triggers degrade to `dropped`); a worker waits on Redis as long as it must.
+REQUEST_REDIS_TIMEOUTS = {"socket_connect_timeout": 1, "socket_timeout": 2}
+
+
+class Runtime:
+    """A process's dependencies, built lazily from settings, overridable one by one."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        endpoints: Endpoints | None = None,
+        make_queue: Callable[[Endpoints], JobQueue] | None = None,
+        queue: JobQueue | None = None,
+        session_factory: sessionmaker[Session] | None = None,
+        pool_size: int | None = None,
+        max_overflow: int | None = None,
+        transaction_bounds: tuple[float, float] | None = None,
+        request_timeouts: bool = True,
+    ) -> None:
+        """`make_queue` builds the process's job queue from the endpoints; `queue` is a
+        ready one (tests); with neither, jobs are recorded, never sent (for commands that
+        send none). `pool_size` and
+        `max_overflow` default to the settings' connection budget; `transaction_bounds`
+        is (lock timeout, statement timeout) in seconds for every transaction."""
+        self.settings = settings
+        self._endpoints = endpoints
+        self._make_queue = make_queue
+        self._queue = queue
+        self._session_factory = session_factory
+        self.pool_size = pool_size if pool_size is not None else settings.db_pool_size
+        # Tasks or requests of this process that may hold a connection at once; a
+        # threaded worker sets it (and the pool size) before its engine is made.
+        self.tasks_per_process = 1
+        self.max_overflow = max_overflow if max_overflow is not None else settings.db_max_overflow
+        self._transaction_bounds = transaction_bounds
+        self._request_timeouts = request_timeouts
+        self.limits = Limits(max_json_depth=settings.max_json_depth)
+
+    @cached_property
+    def endpoints(self) -> Endpoints:
+        """The configured URLs, or the embedded servers' (started if need be)."""
+        return self._endpoints or resolve_endpoints(self.settings)
+
+    @cached_property
+    def engine(self) -> Engine:
+        engine = make_engine(
+            self.endpoints.database_url, pool_size=self.pool_size, max_overflow=self.max_overflow
+        )
+        if self._transaction_bounds is not None:
+            lock_timeout_s, statement_timeout_s = self._transaction_bounds
+            bound_transactions(
+                engine, lock_timeout_s=lock_timeout_s, statement_timeout_s=statement_timeout_s
+            )
+        return engine
+
+    @cached_property
+    def session_factory(self) -> sessionmaker[Session]:
+        return self._session_factory or make_session_factory(self.engine)
+
+    @cached_property
+    def queue(self) -> JobQueue:
+        if self._queue is not None:
+            return self._queue
+        if self._make_queue is not None:
+            return self._make_queue(self.endpoints)
+        return RecordingQueue()
+
+    @cached_property
+    def redis(self) -> redis.Redis:
+        timeouts = REQUEST_REDIS_TIMEOUTS if self._request_timeouts else {}
+        return redis.Redis.from_url(self.endpoints.redis_url, **timeouts)
+
+    @cached_property
+    def llm(self) -> LLM:
+        # The rate limit's bucket lives in the same Redis as the debounce state.
+        return make_llm(self.settings, redis_client=self.redis)
+
+    @cached_property
+    def debouncer(self) -> Debouncer:
+        return Debouncer.from_settings(self.redis, self.settings)
+
+    def build(self) -> Runtime:
+        """Build everything now: a threaded server must not race to build it on first use,
+        and a bad URL should stop the process at start."""
+        for part in ("engine", "session_factory", "queue", "redis", "debouncer"):
+            getattr(self, part)
+        return self
+
+    def unit_of_work(self) -> UnitOfWork:
+        """One transaction; its jobs go out through this process's queue after the commit."""
+        return UnitOfWork(self.session_factory, self.queue, self.limits)
+
+    def close(self) -> None:
+        """Give back the connections this runtime opened (a CLI command at its end)."""
+        if "engine" in self.__dict__:
+            self.engine.dispose()
+        if "redis" in self.__dict__:
+            self.redis.close()

@@ -1,0 +1,72 @@
+"""The broker as every process sees it: the Celery settings of a driftless sender, and
+kombu's Redis transport, made to outlive a broker restart with a job in flight.
+
+`sender_settings` is what the web's producer and the worker's app share (routing by task
+name, serialization, how a send fails fast), so the two stay in step without importing
+each other. Plain data: the domain still never imports Celery.
+
+On the transport:
+
+When the worker loses Redis, celery (5.7) detaches the channel's transport and then
+closes the connection; closing restores the unacknowledged late-ack jobs through that
+channel, and the running job's ack later goes through it too. kombu's Redis channel
+then fails with an AttributeError (`transport.client` is None), which nothing expects,
+and the worker exits. A connection error is what every caller on that path already
+ignores or logs, so that is what a detached channel raises instead. The jobs are not
+lost either way: a restarted Redis holds none, and the reconciler re-enqueues the work
+PostgreSQL shows as missing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kombu import Exchange, Queue
+from kombu.transport import redis as kombu_redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from shared.queue import FAST_QUEUE, LLM_QUEUE, TASK_ROUTES
+from shared.runtime import Endpoints
+
+# celery's broker_transport for redis:// and rediss:// broker URLs.
+TRANSPORT = "shared.broker:Transport"
+REDIS_SCHEMES = ("redis://", "rediss://")
+
+
+def sender_settings(endpoints: Endpoints) -> dict[str, Any]:
+    """Celery settings of any app that sends driftless jobs (the worker adds its own)."""
+    return {
+        "broker_url": endpoints.broker_url,
+        # Redis brokers get a transport that survives a Redis restart mid-job (below).
+        "broker_transport": (TRANSPORT if endpoints.broker_url.startswith(REDIS_SCHEMES) else None),
+        # Each queue gets its own exchange and key. Left implicit, both queues bind to the
+        # default exchange with the same key; an AMQP broker (CELERY_BROKER_URL may be
+        # RabbitMQ) would then copy a job routed by that key into both.
+        "task_queues": [
+            Queue(LLM_QUEUE, Exchange(LLM_QUEUE), routing_key=LLM_QUEUE),
+            Queue(FAST_QUEUE, Exchange(FAST_QUEUE), routing_key=FAST_QUEUE),
+        ],
+        "task_default_queue": FAST_QUEUE,
+        "task_routes": TASK_ROUTES,
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "broker_connection_retry_on_startup": True,
+        # Fail fast when the broker is down: the web's send must not hang a request.
+        "broker_connection_timeout": 2,
+        "task_publish_retry_policy": {
+            "max_retries": 2,
+            "interval_start": 0.1,
+            "interval_step": 0.2,
+        },
+    }
+
+
+class Channel(kombu_redis.Channel):
+    def _connparams(self, asynchronous: bool = False) -> Any:
+        if self.connection.client is None:
+            raise RedisConnectionError("the broker connection of this channel is gone")
+        return super()._connparams(asynchronous=asynchronous)
+
+
+class Transport(kombu_redis.Transport):
+    Channel = Channel
