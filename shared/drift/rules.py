@@ -48,7 +48,7 @@ def parse_drift_answer(text: str, request: DriftRequest) -> DriftDecision | None
     """
     try:
         answer = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # a model can answer `[[[[…` too
         return None
     if not isinstance(answer, dict) or answer.get("drift") is not True:
         return None

@@ -28,7 +28,7 @@ def parse_summary_answer(text: str) -> ParsedSummary | None:
     """
     try:
         answer = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # a model can answer `[[[[…` too
         return None
     if not isinstance(answer, dict):
         return None
