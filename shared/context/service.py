@@ -145,7 +145,7 @@ def assemble_context(
 ) -> ContextStack:
     """The stack for the session's next turn: stable, semi-stable, volatile (R1)."""
     session = load_session(uow=uow, org_id=org_id, session_id=session_id)
-    scope = Scope(org_id=session.org_id, agent_id=session.agent_id, user_id=session.user_id)
+    scope = Scope.of(session)
     topic = active_topic(uow=uow, session_id=session.id)
     return ContextStack(
         stable=_stable(

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-MemoryState = Literal["none", "promoted", "deprecated"]
+from shared.topics.models import MemoryState, memory_state
+
 AgentAction = Literal["promote", "demote", "deprecate"]
 Actor = Literal["user", "agent", "summarizer"]
 
@@ -39,9 +40,8 @@ class MemoryFlags:
 
     @property
     def state(self) -> MemoryState:
-        if self.deprecated:
-            return "deprecated"
-        return "promoted" if self.keep else "none"
+        """R17's state of these flags (`shared.topics.models.memory_state`)."""
+        return memory_state(keep=self.keep, deprecated=self.deprecated)
 
     @property
     def in_memory_block(self) -> bool:

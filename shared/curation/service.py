@@ -15,7 +15,6 @@ from shared.curation.rules import (
     Actor,
     AgentAction,
     MemoryFlags,
-    MemoryState,
     Refused,
     agent_curates,
     user_cycles,
@@ -23,11 +22,10 @@ from shared.curation.rules import (
 )
 from shared.db.uow import UnitOfWork
 from shared.errors import NotFound
-from shared.memory.scope import Scope
+from shared.memory.scope import Scope, lock_topic
 from shared.memory.versions import memory_changed
 from shared.metrics import MEMORY_CHANGES, count_on_commit
-from shared.sessions.models import ChatSession
-from shared.topics.models import Topic
+from shared.topics.models import MemoryState, Topic
 
 
 def flags_of(topic: Topic) -> MemoryFlags:
@@ -89,16 +87,10 @@ def locked_topic_in_org(
     *, uow: UnitOfWork, org_id: uuid.UUID, topic_id: uuid.UUID
 ) -> tuple[Topic, Scope]:
     """The topic, row-locked so concurrent curations apply one after the other."""
-    row = uow.session.execute(
-        select(Topic, ChatSession)
-        .join(ChatSession, ChatSession.id == Topic.session_id)
-        .where(Topic.id == topic_id, ChatSession.org_id == org_id)
-        .with_for_update(of=Topic)
-    ).first()
-    if row is None:
+    locked = lock_topic(uow=uow, topic_id=topic_id, org_id=org_id)
+    if locked is None:
         raise NotFound(f"topic {topic_id} not found")
-    topic, session = row
-    return topic, Scope(org_id=session.org_id, agent_id=session.agent_id, user_id=session.user_id)
+    return locked
 
 
 def user_set_memory(

@@ -23,6 +23,7 @@ from shared.drift.rules import (
     parse_drift_answer,
 )
 from shared.llm.base import LLM, Completion, DriftRequest, LLMError, TranscriptLine
+from shared.memory.scope import lock_topic
 from shared.metrics import FALLBACKS
 from shared.sessions.models import Message
 from shared.summaries.service import (
@@ -30,7 +31,6 @@ from shared.summaries.service import (
     ask_summary,
     is_stored,
     is_summary_current,
-    lock_topic,
     record_evaluation,
     snapshot_through,
     still_describes,

@@ -80,7 +80,4 @@ def changed_since(*, uow: UnitOfWork, since: dt.datetime, limit: int) -> Sequenc
         .order_by(MemoryVersion.changed_at.desc())
         .limit(limit)
     ).scalars()
-    return [
-        ScopeVersion(Scope(org_id=r.org_id, agent_id=r.agent_id, user_id=r.user_id), r.version)
-        for r in rows
-    ]
+    return [ScopeVersion(Scope.of(r), r.version) for r in rows]

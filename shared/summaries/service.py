@@ -23,12 +23,12 @@ from shared.db.uow import UnitOfWork
 from shared.evaluations.models import Evaluation
 from shared.llm.base import LLM, Completion, LLMError
 from shared.llm.prompts import SUMMARY_PROMPT_VERSION
-from shared.memory.scope import Scope
+from shared.memory.scope import Scope, lock_topic
 from shared.memory.versions import memory_changed
 from shared.metrics import FALLBACKS, count_on_commit
 from shared.notes.models import NotesDocument
 from shared.notes.service import active_notes_text
-from shared.sessions.models import ChatSession, Message
+from shared.sessions.models import Message
 from shared.summaries.rules import fallback_summary, parse_summary_answer
 from shared.summaries.transcript import TopicSnapshot, read_transcript
 from shared.topics.models import Topic
@@ -214,19 +214,6 @@ def record_evaluation(
             finished_at=dt.datetime.now(dt.UTC),
         )
     )
-
-
-def lock_topic(*, uow: UnitOfWork, topic_id: uuid.UUID) -> tuple[Topic, Scope] | None:
-    row = uow.session.execute(
-        select(Topic, ChatSession)
-        .join(ChatSession, ChatSession.id == Topic.session_id)
-        .where(Topic.id == topic_id)
-        .with_for_update(of=Topic)
-    ).first()
-    if row is None:
-        return None
-    topic, session = row
-    return topic, Scope(org_id=session.org_id, agent_id=session.agent_id, user_id=session.user_id)
 
 
 def is_stored(topic: Topic, snapshot: TopicSnapshot) -> bool:

@@ -96,7 +96,7 @@ def execute_tool(
         raise NotFound(f"no built-in tool named {name!r}; see GET /agents-api/tools")
     session = load_session(uow=uow, org_id=org_id, session_id=session_id, lock=True)
     call = args.parse_arguments(name, arguments, limits=uow.limits)
-    scope = Scope(org_id=session.org_id, agent_id=session.agent_id, user_id=session.user_id)
+    scope = Scope.of(session)
     topic = active_topic(uow=uow, session_id=session.id)
     try:
         if name == "notes":

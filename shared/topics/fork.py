@@ -89,7 +89,7 @@ def fork_topic(
     )
     uow.session.flush()
     uow.session.refresh(new)
-    scope = Scope(org_id=session.org_id, agent_id=session.agent_id, user_id=session.user_id)
+    scope = Scope.of(session)
     return ForkedTopics(prior=prior, new=new, scope=scope, moved=len(moving))
 
 

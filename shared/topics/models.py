@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Literal
 
 from sqlalchemy import (
     BigInteger,
@@ -20,6 +21,19 @@ from shared.db.base import Base
 
 STATUSES = ("active", "closed")
 SUMMARY_SOURCES = ("llm", "fallback")
+
+MemoryState = Literal["none", "promoted", "deprecated"]
+
+
+def memory_state(*, keep: bool, deprecated: bool) -> MemoryState:
+    """R17's three states, derived from the two flags: the one place that says which.
+
+    Curation (shared/curation/rules.py, `MemoryFlags.state`) asks it too; it lives here,
+    beside the flags, because curation builds on topics and not the other way round.
+    """
+    if deprecated:
+        return "deprecated"
+    return "promoted" if keep else "none"
 
 
 class Topic(Base):
@@ -79,11 +93,9 @@ class Topic(Base):
     summarized_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     @property
-    def memory_state(self) -> str:
-        """R17's tri-state, derived from the two flags."""
-        if self.deprecated:
-            return "deprecated"
-        return "promoted" if self.keep_in_memory else "none"
+    def memory_state(self) -> MemoryState:
+        """R17's tri-state (`memory_state`)."""
+        return memory_state(keep=self.keep_in_memory, deprecated=self.deprecated)
 
     @property
     def summary_pending(self) -> bool:
