@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import func, select, update
 
 from shared.db.uow import UnitOfWork
 from shared.errors import TooLarge
@@ -79,6 +79,16 @@ def read_notes(*, uow: UnitOfWork, topic_id: uuid.UUID) -> NotesView:
         return NotesView(topic_id=topic_id, content="", archived=False)
     return NotesView(
         topic_id=topic_id, content=document.content, archived=document.status == "archived"
+    )
+
+
+def archive_notes(*, uow: UnitOfWork, topic_id: uuid.UUID) -> None:
+    """R24: archive the topic's active notes; the caller stores the summary made from
+    them in the same transaction. Archived notes stay stored and are never injected."""
+    uow.session.execute(
+        update(NotesDocument)
+        .where(NotesDocument.topic_id == topic_id, NotesDocument.status == "active")
+        .values(status="archived", archived_at=func.now())
     )
 
 

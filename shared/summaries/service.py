@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 
 from shared.curation.rules import summarizer_decides
 from shared.curation.service import flags_of, record_change
@@ -26,8 +26,7 @@ from shared.llm.prompts import SUMMARY_PROMPT_VERSION
 from shared.memory.scope import Scope, lock_topic
 from shared.memory.versions import memory_changed
 from shared.metrics import FALLBACKS, count_on_commit
-from shared.notes.models import NotesDocument
-from shared.notes.service import active_notes_text
+from shared.notes.service import active_notes_text, archive_notes
 from shared.sessions.models import Message
 from shared.summaries.rules import fallback_summary, parse_summary_answer
 from shared.summaries.transcript import TopicSnapshot, read_transcript
@@ -179,11 +178,7 @@ def apply_summary(
     topic.summarized_at = func.now()
     if topic.status == "closed":
         # R24: notes are archived in the transaction that stores the summary made from them.
-        uow.session.execute(
-            update(NotesDocument)
-            .where(NotesDocument.topic_id == topic.id, NotesDocument.status == "active")
-            .values(status="archived", archived_at=func.now())
-        )
+        archive_notes(uow=uow, topic_id=topic.id)
     return outcome, error
 
 
