@@ -20,9 +20,9 @@ from shared.auth.service import org_for_key
 from shared.context.render import canonical_json, render
 from shared.context.service import ContextOptions, assemble_context
 from shared.context.window import WindowMode
+from shared.evaluations.summarize import summarize_topic
 from shared.llm.local_provider import LocalProvider
 from shared.sessions.service import create_session, post_message
-from shared.summaries.service import summarize_topic
 from shared.tools.service import execute_tool
 from shared.topics.service import open_topic
 

@@ -15,6 +15,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from shared.evaluations.pipeline import evaluate_topic as evaluate
+from shared.evaluations.summarize import summarize_topic as summarize
 from shared.live import publish
 from shared.llm.ratelimit import RateLimited
 from shared.memory.cache import MemoryCache
@@ -31,7 +32,6 @@ from shared.queue import (
     Job,
 )
 from shared.retention.service import purge_idle_sessions as purge_idle
-from shared.summaries.service import summarize_topic as summarize
 from shared.topics.reconcile import Claims, reconcile_lost_work
 from shared.triggers.service import debounce_trigger, idle_topics
 from worker.context import context_of, unit_of_work

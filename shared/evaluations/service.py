@@ -1,14 +1,45 @@
-"""Reading a topic's evaluation audit rows."""
+"""The audit rows of a topic's evaluations and summaries: writing one, reading them."""
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 
 from sqlalchemy import select
 
 from shared.db.uow import UnitOfWork
 from shared.evaluations.models import Evaluation
+from shared.llm.base import Completion
 from shared.topics.service import get_topic
+
+
+def record_evaluation(
+    *,
+    uow: UnitOfWork,
+    topic_id: uuid.UUID,
+    trigger: str,
+    outcome: str,
+    completions: list[Completion | None],
+    llm_calls: int,
+    error: str | None,
+    started_at: dt.datetime,
+) -> None:
+    """The audit row of one evaluation or summarization: what ran, what it cost."""
+    answered = [c for c in completions if c is not None]
+    uow.session.add(
+        Evaluation(
+            topic_id=topic_id,
+            trigger=trigger,
+            outcome=outcome,
+            llm_calls=llm_calls,
+            prompt_tokens=sum(c.usage.prompt_tokens for c in answered),
+            completion_tokens=sum(c.usage.completion_tokens for c in answered),
+            model=answered[-1].model if answered else None,
+            error=error,
+            started_at=started_at,
+            finished_at=dt.datetime.now(dt.UTC),
+        )
+    )
 
 
 def list_evaluations(

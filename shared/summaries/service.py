@@ -1,46 +1,45 @@
-"""Just-in-time summarization of a topic (R9–R14, R20, R24).
+"""Just-in-time summarization of a topic (R9–R14, R20, R24): the steps of a summary.
 
-Three steps, so that no transaction stays open during the LLM call (seconds, or a
-timeout): a snapshot of the topic, the call, and a short locked write that re-checks
-the watermark. A repeated job whose topic has not changed stops at the first step
-without an LLM call; a duplicate that raced the first one stops at the third without
+The jobs that summarize (shared/evaluations/: the summary job and the evaluation
+pipeline) run these steps so that no transaction stays open during the LLM call
+(seconds, or a timeout):
+
+1. a snapshot of what to summarize: `take_snapshot` (the whole topic, unless its summary
+   is current), `snapshot_of` (the whole topic) or `snapshot_before` (the messages
+   before a fork's boundary);
+2. the call: `ask_summary`;
+3. a short write under `shared.memory.scope.lock_topic` that re-checks the watermark
+   (`is_stored`: a duplicate got here first; `still_describes`: a fork changed the topic
+   meanwhile) and then `apply_summary`.
+
+A repeated job whose topic has not changed stops at the first step without an LLM call
+(`is_summary_current`); a duplicate that raced the first one stops at the third without
 writing.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from sqlalchemy import func, select
 
 from shared.curation.rules import summarizer_decides
 from shared.curation.service import flags_of, record_change
 from shared.db.uow import UnitOfWork
-from shared.evaluations.models import Evaluation
 from shared.llm.base import LLM, Completion, LLMError
 from shared.llm.prompts import SUMMARY_PROMPT_VERSION
-from shared.memory.scope import Scope, lock_topic
+from shared.memory.scope import Scope
 from shared.memory.versions import memory_changed
 from shared.metrics import FALLBACKS, count_on_commit
 from shared.notes.service import active_notes_text, archive_notes
 from shared.sessions.models import Message
 from shared.summaries.rules import fallback_summary, parse_summary_answer
 from shared.summaries.transcript import TopicSnapshot, read_transcript
+from shared.topics.fork import messages_from
 from shared.topics.models import Topic
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SummaryOutcome:
-    topic_id: uuid.UUID
-    outcome: str  # refresh | fallback | skipped
-    keep_in_memory: bool | None = None
-    session_id: uuid.UUID | None = None  # set when something was written
 
 
 def is_summary_current(topic: Topic) -> bool:
@@ -52,18 +51,51 @@ def take_snapshot(*, uow: UnitOfWork, topic_id: uuid.UUID) -> TopicSnapshot | No
     topic = uow.session.get(Topic, topic_id)
     if topic is None or topic.last_message_id is None or is_summary_current(topic):
         return None
-    snapshot = snapshot_through(
-        uow=uow,
-        topic=topic,
-        through_id=topic.last_message_id,
-        total_messages=topic.message_count + topic.tool_message_count,
-        message_count=topic.message_count,
-    )
+    snapshot = snapshot_of(uow=uow, topic=topic)
     # Retention purged the messages: the summary made while they existed is the record.
     return snapshot if snapshot.request.lines else None
 
 
-def snapshot_through(
+def snapshot_of(*, uow: UnitOfWork, topic: Topic) -> TopicSnapshot:
+    """All of the topic's messages (an in-place refresh)."""
+    return _snapshot_through(
+        uow=uow,
+        topic=topic,
+        through_id=topic.last_message_id or 0,
+        total_messages=topic.message_count + topic.tool_message_count,
+        message_count=topic.message_count,
+    )
+
+
+def snapshot_before(
+    *, uow: UnitOfWork, topic_id: uuid.UUID, first_message_id: int
+) -> TopicSnapshot | None:
+    """What the prior topic's summary is made from when a fork moves the messages from
+    `first_message_id` on: its messages before the boundary. None when the topic is no
+    longer active or nothing would be left before the boundary."""
+    topic = uow.session.get(Topic, topic_id)
+    if topic is None or topic.status != "active":
+        return None
+    moving = messages_from(uow=uow, topic_id=topic.id, first_message_id=first_message_id)
+    through_id = uow.session.scalar(
+        select(Message.id)
+        .where(Message.topic_id == topic.id, Message.id < first_message_id)
+        .order_by(Message.id.desc())
+        .limit(1)
+    )
+    if through_id is None:
+        return None
+    moved_ua = sum(1 for _, role in moving if role != "tool")
+    return _snapshot_through(
+        uow=uow,
+        topic=topic,
+        through_id=through_id,
+        total_messages=topic.message_count + topic.tool_message_count - len(moving),
+        message_count=topic.message_count - moved_ua,
+    )
+
+
+def _snapshot_through(
     *,
     uow: UnitOfWork,
     topic: Topic,
@@ -182,72 +214,9 @@ def apply_summary(
     return outcome, error
 
 
-def record_evaluation(
-    *,
-    uow: UnitOfWork,
-    topic_id: uuid.UUID,
-    trigger: str,
-    outcome: str,
-    completions: list[Completion | None],
-    llm_calls: int,
-    error: str | None,
-    started_at: dt.datetime,
-) -> None:
-    """The audit row of one evaluation or summarization: what ran, what it cost."""
-    answered = [c for c in completions if c is not None]
-    uow.session.add(
-        Evaluation(
-            topic_id=topic_id,
-            trigger=trigger,
-            outcome=outcome,
-            llm_calls=llm_calls,
-            prompt_tokens=sum(c.usage.prompt_tokens for c in answered),
-            completion_tokens=sum(c.usage.completion_tokens for c in answered),
-            model=answered[-1].model if answered else None,
-            error=error,
-            started_at=started_at,
-            finished_at=dt.datetime.now(dt.UTC),
-        )
-    )
-
-
 def is_stored(topic: Topic, snapshot: TopicSnapshot) -> bool:
     """A duplicate job already stored a summary of exactly this snapshot."""
     return (
         topic.summarized_through_id == snapshot.last_message_id
         and topic.summary_prompt_version == SUMMARY_PROMPT_VERSION
     )
-
-
-def summarize_topic(
-    *, new_uow: Callable[[], UnitOfWork], llm: LLM, topic_id: uuid.UUID, trigger: str
-) -> SummaryOutcome:
-    """Summarize the topic with one LLM call, unless its summary is already current."""
-    started_at = dt.datetime.now(dt.UTC)
-    with new_uow() as uow:
-        snapshot = take_snapshot(uow=uow, topic_id=topic_id)
-    if snapshot is None:
-        return SummaryOutcome(topic_id, "skipped")
-    completion, error = ask_summary(llm, snapshot)
-    with new_uow() as uow:
-        locked = lock_topic(uow=uow, topic_id=topic_id)
-        if locked is None:
-            return SummaryOutcome(topic_id, "skipped")
-        topic, scope = locked
-        if is_stored(topic, snapshot):
-            return SummaryOutcome(topic_id, "skipped", topic.keep_in_memory)
-        if not still_describes(uow=uow, topic=topic, snapshot=snapshot):
-            # Whatever changed it (a fork) enqueued the summary of what it is now.
-            log.info("topic %s changed during its summary call; answer discarded", topic_id)
-            return SummaryOutcome(topic_id, "skipped", topic.keep_in_memory)
-        outcome, error = apply_summary(
-            uow=uow, topic=topic, scope=scope, snapshot=snapshot, completion=completion,
-            error=error,
-        )  # fmt: skip
-        record_evaluation(
-            uow=uow, topic_id=topic_id, trigger=trigger, outcome=outcome,
-            completions=[completion], llm_calls=1, error=error, started_at=started_at,
-        )  # fmt: skip
-        keep, session_id = topic.keep_in_memory, topic.session_id
-        uow.commit()
-    return SummaryOutcome(topic_id, outcome, keep, session_id)

@@ -28,11 +28,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from shared.db.uow import UnitOfWork
 from shared.evaluations.models import Evaluation
 from shared.evaluations.pipeline import evaluate_topic
+from shared.evaluations.summarize import summarize_topic
 from shared.llm.openai_provider import OpenAIProvider
 from shared.llm.prompts import DRIFT_INSTRUCTIONS
 from shared.queue import RecordingQueue
 from shared.summaries.rules import fallback_summary
-from shared.summaries.service import summarize_topic
 from tests.faults.conftest import report
 from tests.helpers import new_session, post_message
 from tests.llm_server import FakeOpenAI, Reply

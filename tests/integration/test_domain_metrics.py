@@ -16,12 +16,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shared.db.uow import UnitOfWork
 from shared.evaluations.pipeline import evaluate_topic
+from shared.evaluations.summarize import summarize_topic
 from shared.llm.base import DriftRequest, LLMError, SummaryRequest, TranscriptLine
 from shared.llm.local_provider import LOCAL_MODEL, LocalProvider
 from shared.llm.openai_provider import OpenAIProvider
 from shared.metrics import count_on_commit
 from shared.queue import Job, RecordingQueue
-from shared.summaries.service import summarize_topic
 from shared.triggers.debounce import Debouncer
 from shared.triggers.service import debounce_trigger
 from tests.helpers import new_session, post_message

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shared.db.uow import UnitOfWork
 from shared.evaluations.pipeline import evaluate_topic
+from shared.evaluations.summarize import summarize_topic
 from shared.llm.local_provider import LocalProvider
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
@@ -32,7 +33,6 @@ from shared.queue import (
     RecordingQueue,
 )
 from shared.sessions.models import ChatSession
-from shared.summaries.service import summarize_topic
 from shared.topics.fork import fork_topic, record_fork
 from shared.topics.models import Topic
 from shared.topics.reconcile import (

@@ -19,12 +19,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shared.config import Settings
 from shared.db.uow import UnitOfWork
+from shared.evaluations.summarize import summarize_topic
 from shared.llm.local_provider import LocalProvider
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
 from shared.queue import PURGE_IDLE_SESSIONS, SUMMARIZE_TOPIC, TASK_ROUTES, Job, RecordingQueue
 from shared.retention.service import Purged, purge_idle_sessions
-from shared.summaries.service import summarize_topic
 from shared.summaries.transcript import HEAD_MESSAGES, read_transcript
 from shared.topics.fork import fork_topic, record_fork
 from shared.topics.models import Topic

@@ -20,8 +20,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from shared.db.uow import UnitOfWork
 from shared.evaluations.models import Evaluation
 from shared.evaluations.pipeline import evaluate_topic
+from shared.evaluations.summarize import summarize_topic
 from shared.queue import RecordingQueue
-from shared.summaries.service import summarize_topic
 from tests.forks import (
     AlphaThenBeta,
     HeldLLM,
