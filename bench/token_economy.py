@@ -48,6 +48,7 @@ from bench.drift_quality import load_dialogues
 from shared.config import Settings
 from shared.db.uow import UnitOfWork
 from shared.evaluations.models import Evaluation
+from shared.evaluations.requests import request_evaluation
 from shared.llm.base import LLM, Completion, DriftRequest, SummaryRequest
 from shared.llm.factory import make_llm
 from shared.llm.prompts import SUMMARY_INSTRUCTIONS, one_line
@@ -56,7 +57,6 @@ from shared.sessions.models import Message
 from shared.sessions.service import create_session, post_message
 from shared.topics.models import Topic
 from shared.triggers.debounce import Debouncer
-from shared.triggers.service import request_evaluation
 from tests.llm_server import FakeOpenAI
 from worker.app import make_celery
 from worker.context import context_of

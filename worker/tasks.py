@@ -14,9 +14,9 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from shared.evaluations.pipeline import evaluate_topic as evaluate
-from shared.evaluations.summarize import summarize_topic as summarize
-from shared.live import publish
+from shared.evaluations.pipeline import evaluation_job
+from shared.evaluations.requests import sweep_idle as sweep
+from shared.evaluations.summarize import summary_job
 from shared.llm.ratelimit import RateLimited
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
@@ -29,11 +29,10 @@ from shared.queue import (
     SUMMARIZE_TOPIC,
     SWEEP_IDLE,
     CeleryJobQueue,
-    Job,
 )
 from shared.retention.service import purge_idle_sessions as purge_idle
 from shared.topics.reconcile import Claims, reconcile_lost_work
-from shared.triggers.service import debounce_trigger, idle_topics
+from shared.triggers.service import fire_debounce as fire
 from worker.context import context_of, unit_of_work
 
 log = logging.getLogger(__name__)
@@ -68,15 +67,15 @@ def _within_quota(task: Task) -> Iterator[None]:
 @shared_task(name=SUMMARIZE_TOPIC, **LLM_TASK_OPTIONS)
 def summarize_topic(self: Task, topic_id: str, trigger: str = "topic_closed") -> str:
     """Summarize one topic; a repeat for an unchanged topic makes no LLM call, writes nothing."""
+    context = context_of(self.app)
     with _within_quota(self):
-        outcome = summarize(
+        outcome = summary_job(
             new_uow=lambda: unit_of_work(self.app),
-            llm=context_of(self.app).llm,
+            llm=context.llm,
+            live=context.redis,
             topic_id=uuid.UUID(topic_id),
             trigger=trigger,
         )
-    if outcome.session_id is not None:
-        publish(context_of(self.app).redis, outcome.session_id, "summary", topic_id)
     log.info("summarize_topic %s: %s", topic_id, outcome.outcome)
     return outcome.outcome
 
@@ -132,23 +131,15 @@ def evaluate_topic(self: Task, topic_id: str, trigger: str) -> str:
     """Drift detection, then a silent fork or an in-place refresh (R30); arms R28's guard."""
     context = context_of(self.app)
     with _within_quota(self):
-        outcome = evaluate(
+        outcome = evaluation_job(
             new_uow=lambda: unit_of_work(self.app),
             llm=context.llm,
+            debouncer=context.debouncer,
+            live=context.redis,
             topic_id=uuid.UUID(topic_id),
             trigger=trigger,
             scan_back=context.settings.scan_back,
         )
-    if outcome.outcome != "fork" and outcome.active_topic_id is not None:
-        try:
-            context.debouncer.mark_evaluated(
-                outcome.active_topic_id, last_message_id=outcome.last_message_id
-            )
-        except RedisError:
-            log.warning("could not arm the hasEvaluated guard of topic %s", topic_id)
-    if outcome.session_id is not None:
-        kind = "fork" if outcome.outcome == "fork" else "evaluation"
-        publish(context.redis, outcome.session_id, kind, outcome.active_topic_id)
     log.info("evaluate_topic %s (%s): %s", topic_id, trigger, outcome.outcome)
     return outcome.outcome
 
@@ -156,13 +147,14 @@ def evaluate_topic(self: Task, topic_id: str, trigger: str) -> str:
 @shared_task(name=FIRE_DEBOUNCE, bind=True, autoretry_for=(RedisError,), retry_backoff=True)
 def fire_debounce(self: Task, topic_id: str, token: str, trigger: str) -> str:
     """The one job of a trigger burst: evaluate once the burst has been quiet (R27)."""
-    fired = context_of(self.app).debouncer.fire(uuid.UUID(topic_id), token)
-    queue = CeleryJobQueue(self.app)
-    if fired.status == "wait":  # a later trigger moved the deadline: look again then
-        kwargs = {"topic_id": topic_id, "token": token, "trigger": trigger}
-        queue.send(Job(FIRE_DEBOUNCE, kwargs, countdown=fired.remaining_ms / 1000))
-    elif fired.status == "fire":
-        queue.send(Job(EVALUATE_TOPIC, {"topic_id": topic_id, "trigger": trigger}))
+    fired = fire(
+        debouncer=context_of(self.app).debouncer,
+        topic_id=uuid.UUID(topic_id),
+        token=token,
+        trigger=trigger,
+    )
+    if fired.send is not None:  # the evaluation, or this job again when the burst is due
+        CeleryJobQueue(self.app).send(fired.send)
     return fired.status
 
 
@@ -170,14 +162,9 @@ def fire_debounce(self: Task, topic_id: str, token: str, trigger: str) -> str:
 def sweep_idle(self: Task) -> int:
     """Beat: evaluate topics of users who walked away without an exit trigger."""
     context = context_of(self.app)
-    with unit_of_work(self.app) as uow:
-        topics = idle_topics(uow=uow, idle=dt.timedelta(seconds=context.settings.idle_s))
-    queue = CeleryJobQueue(self.app)
-    scheduled = 0
-    for topic_id, last_message_id in topics:
-        status = debounce_trigger(
-            debouncer=context.debouncer, queue=queue, topic_id=topic_id,
-            last_message_id=last_message_id, trigger="sweep",
-        )  # fmt: skip
-        scheduled += status == "scheduled"
-    return scheduled
+    return sweep(
+        new_uow=lambda: unit_of_work(self.app),
+        debouncer=context.debouncer,
+        queue=CeleryJobQueue(self.app),
+        idle=dt.timedelta(seconds=context.settings.idle_s),
+    )

@@ -1,6 +1,7 @@
 """The evaluation pipeline (R30): drift detection, then a silent fork or an in-place refresh.
 
-Read `evaluate_topic` top to bottom: every step is below it in this module, or one call
+Read `evaluate_topic` top to bottom (`evaluation_job` is the job around it: the pipeline,
+then R28's guard and the live event): every step is below it in this module, or one call
 down into summarization (shared/summaries/service.py), the fork
 (shared/topics/fork.py) or the audit row (shared/evaluations/service.py).
 
@@ -17,6 +18,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import redis
 from sqlalchemy import select
 
 from shared.db.uow import UnitOfWork
@@ -27,6 +29,7 @@ from shared.drift.rules import (
     parse_drift_answer,
 )
 from shared.evaluations.service import record_evaluation
+from shared.live import publish
 from shared.llm.base import LLM, Completion, DriftRequest, LLMError, TranscriptLine
 from shared.memory.scope import lock_topic
 from shared.metrics import FALLBACKS
@@ -43,6 +46,8 @@ from shared.summaries.service import (
 from shared.summaries.transcript import TopicSnapshot
 from shared.topics.fork import fork_topic, record_fork
 from shared.topics.models import Topic
+from shared.triggers.debounce import Debouncer
+from shared.triggers.service import guard_topic
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +59,31 @@ class EvaluationOutcome:
     active_topic_id: uuid.UUID | None = None  # after a fork: the new topic
     last_message_id: int | None = None  # what the evaluation saw (the hasEvaluated guard)
     session_id: uuid.UUID | None = None  # set when something was written
+
+
+def evaluation_job(
+    *,
+    new_uow: Callable[[], UnitOfWork],
+    llm: LLM,
+    debouncer: Debouncer,
+    live: redis.Redis,
+    topic_id: uuid.UUID,
+    trigger: str,
+    scan_back: int,
+) -> EvaluationOutcome:
+    """The evaluate_topic job: the pipeline, then R28's guard and the live event."""
+    outcome = evaluate_topic(
+        new_uow=new_uow, llm=llm, topic_id=topic_id, trigger=trigger, scan_back=scan_back
+    )
+    forked = outcome.outcome == "fork"
+    guard_topic(
+        debouncer=debouncer, topic_id=outcome.active_topic_id,
+        last_message_id=outcome.last_message_id, forked=forked,
+    )  # fmt: skip
+    if outcome.session_id is not None:
+        kind = "fork" if forked else "evaluation"
+        publish(live, outcome.session_id, kind, outcome.active_topic_id)
+    return outcome
 
 
 def evaluate_topic(

@@ -13,8 +13,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import redis
+
 from shared.db.uow import UnitOfWork
 from shared.evaluations.service import record_evaluation
+from shared.live import publish
 from shared.llm.base import LLM
 from shared.memory.scope import lock_topic
 from shared.summaries.service import (
@@ -34,6 +37,21 @@ class SummaryOutcome:
     outcome: str  # refresh | fallback | skipped
     keep_in_memory: bool | None = None
     session_id: uuid.UUID | None = None  # set when something was written
+
+
+def summary_job(
+    *,
+    new_uow: Callable[[], UnitOfWork],
+    llm: LLM,
+    live: redis.Redis,
+    topic_id: uuid.UUID,
+    trigger: str,
+) -> SummaryOutcome:
+    """The summarize_topic job: the summary, then the live event."""
+    outcome = summarize_topic(new_uow=new_uow, llm=llm, topic_id=topic_id, trigger=trigger)
+    if outcome.session_id is not None:
+        publish(live, outcome.session_id, "summary", topic_id)
+    return outcome
 
 
 def summarize_topic(

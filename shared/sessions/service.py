@@ -15,6 +15,7 @@ from shared.limits import check_message_content
 from shared.queue import EVALUATE_TOPIC, Job
 from shared.sessions.models import ChatSession, Message
 from shared.topics.models import Topic
+from shared.triggers.rules import is_heartbeat
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ def post_message(
         tool_name=tool_name,
         tool_call_id=tool_call_id,
     )
-    heartbeat = role != "tool" and topic.message_count % drift_interval == 0
+    heartbeat = is_heartbeat(role=role, message_count=topic.message_count, interval=drift_interval)
     if heartbeat:
         uow.enqueue(Job(EVALUATE_TOPIC, {"topic_id": str(topic.id), "trigger": "heartbeat"}))
     return PostedMessage(message=message, topic=topic, drift_evaluation_enqueued=heartbeat)

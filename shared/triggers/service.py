@@ -1,31 +1,26 @@
-"""Exit triggers (R27–R29) and the idle sweep: everything goes through the debounce."""
+"""The debounce of exit triggers and the idle sweep (R27, R29), and R28's guard.
+
+Every trigger goes through `debounce_trigger`; the one fire job of a burst asks
+`fire_debounce` what to do; an evaluation that ran arms the guard with `guard_topic`.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import logging
 import uuid
-from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from redis.exceptions import RedisError
-from sqlalchemy import func, select
 
-from shared.db.uow import UnitOfWork
 from shared.metrics import DEBOUNCE
-from shared.queue import FIRE_DEBOUNCE, Job, JobQueue
-from shared.sessions.models import ChatSession
-from shared.sessions.service import active_topic, load_session
-from shared.topics.models import Topic
+from shared.queue import EVALUATE_TOPIC, FIRE_DEBOUNCE, Job, JobQueue
 from shared.triggers.debounce import Debouncer
 
 log = logging.getLogger(__name__)
 
 EvaluateStatus = Literal["scheduled", "coalesced", "suppressed", "dropped"]
-# Sessions idle for longer than this were swept long ago; the sweep looks no further back.
-SWEEP_HORIZON = dt.timedelta(days=7)
-SWEEP_BATCH = 500
 
 
 def debounce_trigger(
@@ -79,41 +74,36 @@ def _debounce(
     return "scheduled"
 
 
-def request_evaluation(
-    *,
-    uow: UnitOfWork,
-    debouncer: Debouncer,
-    queue: JobQueue,
-    org_id: uuid.UUID,
-    session_id: uuid.UUID,
-    trigger: str,
-) -> EvaluateStatus:
-    """POST /sessions/{id}/evaluate: debounce an exit trigger for the active topic."""
-    session = load_session(uow=uow, org_id=org_id, session_id=session_id)
-    topic = active_topic(uow=uow, session_id=session.id)
-    return debounce_trigger(
-        debouncer=debouncer,
-        queue=queue,
-        topic_id=topic.id,
-        last_message_id=topic.last_message_id,
-        trigger=trigger,
-    )
+@dataclass(frozen=True)
+class Fired:
+    """What the fire job of a burst does: its status, and the one job to send, if any."""
+
+    status: Literal["fire", "wait", "stale"]
+    send: Job | None
 
 
-def idle_topics(*, uow: UnitOfWork, idle: dt.timedelta) -> Sequence[tuple[uuid.UUID, int]]:
-    """Active topics with messages no summary has seen, in sessions idle for `idle`:
-    users who walked away without any exit trigger."""
-    rows = uow.session.execute(
-        select(Topic.id, Topic.last_message_id)
-        .join(ChatSession, ChatSession.id == Topic.session_id)
-        .where(
-            ChatSession.last_activity_at < func.now() - idle,
-            ChatSession.last_activity_at > func.now() - idle - SWEEP_HORIZON,
-            Topic.status == "active",
-            Topic.last_message_id.is_not(None),
-            Topic.summarized_through_id.is_distinct_from(Topic.last_message_id),
-        )
-        .order_by(ChatSession.last_activity_at)
-        .limit(SWEEP_BATCH)
-    ).all()
-    return [(row.id, row.last_message_id) for row in rows]
+def fire_debounce(*, debouncer: Debouncer, topic_id: uuid.UUID, token: str, trigger: str) -> Fired:
+    """R27: the burst of `token` has been quiet long enough (or waited the maximum):
+    evaluate now; a later trigger moved the deadline: look again when it is due; the
+    burst is gone (fired by another worker, or forgotten): nothing."""
+    fired = debouncer.fire(topic_id, token)
+    if fired.status == "fire":
+        return Fired("fire", Job(EVALUATE_TOPIC, {"topic_id": str(topic_id), "trigger": trigger}))
+    if fired.status == "wait":
+        kwargs = {"topic_id": str(topic_id), "token": token, "trigger": trigger}
+        return Fired("wait", Job(FIRE_DEBOUNCE, kwargs, countdown=fired.remaining_ms / 1000))
+    return Fired("stale", None)
+
+
+def guard_topic(
+    *, debouncer: Debouncer, topic_id: uuid.UUID | None, last_message_id: int | None, forked: bool
+) -> None:
+    """R28: after an evaluation of `topic_id` that saw `last_message_id`, suppress exit
+    triggers for the topic until a newer message arrives. After a fork the active topic
+    is a new one, with keys of its own: there is nothing to guard."""
+    if forked or topic_id is None:
+        return
+    try:
+        debouncer.mark_evaluated(topic_id, last_message_id=last_message_id)
+    except RedisError:
+        log.warning("could not arm the hasEvaluated guard of topic %s", topic_id)

@@ -17,9 +17,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shared.config import Settings
 from shared.db.uow import UnitOfWork
+from shared.evaluations.requests import idle_topics
 from shared.queue import EVALUATE_TOPIC, FIRE_DEBOUNCE, Job, RecordingQueue
 from shared.triggers.debounce import Debouncer, _keys
-from shared.triggers.service import idle_topics
 from tests.helpers import new_session, post_message
 
 

@@ -21,10 +21,10 @@ import redis
 from flask import Response, current_app, stream_with_context
 
 from shared.bootstrap import Runtime
+from shared.evaluations.requests import request_evaluation
 from shared.live import channel
 from shared.live_streams import Refusal, Slot, StreamGate, StreamLeases, StreamTimer
 from shared.sessions.service import load_session
-from shared.triggers.service import request_evaluation
 from web.auth import current_org
 from web.errors import error_response
 from web.runtime import runtime, unit_of_work

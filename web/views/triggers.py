@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.triggers.service import request_evaluation
+from shared.evaluations.requests import request_evaluation
 from web.auth import current_org
 from web.runtime import runtime, unit_of_work
 from web.schemas.common import SessionPath, dump
