@@ -204,7 +204,7 @@ def erase(org: str, agent_id: str, user_id: str, yes: bool) -> None:
     import redis
 
     from shared.auth.models import Org
-    from shared.erasure.service import erase_user, forget_in_redis
+    from shared.erasure.service import erase_user_everywhere
     from shared.memory.scope import Scope
     from shared.runtime import redis_url_of
 
@@ -212,14 +212,14 @@ def erase(org: str, agent_id: str, user_id: str, yes: bool) -> None:
     if not yes:
         click.confirm(f"Erase user {user_id!r} of agent {agent_id!r} in org {org!r}?", abort=True)
     engine = make_engine(database_url_of(settings), pool_size=1, max_overflow=0)
-    with UnitOfWork(make_session_factory(engine), RecordingQueue()) as uow:
+    session_factory = make_session_factory(engine)
+    with UnitOfWork(session_factory, RecordingQueue()) as uow:
         org_id = uow.session.scalar(select(Org.id).where(Org.name == org))
-        if org_id is None:
-            raise click.ClickException(f"no org named {org!r}")
-        scope = Scope(org_id=org_id, agent_id=agent_id, user_id=user_id)
-        erased = erase_user(uow=uow, scope=scope)
-        uow.commit()
-    erased.counts["redisKeys"] = forget_in_redis(
-        redis.Redis.from_url(redis_url_of(settings)), scope, erased
+    if org_id is None:
+        raise click.ClickException(f"no org named {org!r}")
+    erased = erase_user_everywhere(
+        new_uow=lambda: UnitOfWork(session_factory, RecordingQueue()),
+        redis_client=redis.Redis.from_url(redis_url_of(settings)),
+        scope=Scope(org_id=org_id, agent_id=agent_id, user_id=user_id),
     )
     click.echo(json.dumps(erased.counts, sort_keys=True))

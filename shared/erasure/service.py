@@ -1,11 +1,15 @@
 """One call removes an org + agent + user: sessions, topics, messages, notes, forks,
 evaluations and curation audit rows (all cascade from the sessions), durable facts, and
 afterwards the Redis state keyed by them. Audit rows go too: they hold titles and who
-decided what about this user's conversations, which is the user's data."""
+decided what about this user's conversations, which is the user's data.
+
+`erase_user_everywhere` is that one call, for the HTTP API and the CLI alike."""
 
 from __future__ import annotations
 
+import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,12 +32,29 @@ from shared.topics.models import Topic
 from shared.topics.reconcile import forget_claims
 from shared.triggers.debounce import forget_topic
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class Erased:
     counts: dict[str, int]
     session_ids: list[uuid.UUID] = field(default_factory=list)
     topic_ids: list[uuid.UUID] = field(default_factory=list)
+
+
+def erase_user_everywhere(
+    *, new_uow: Callable[[], UnitOfWork], redis_client: redis.Redis, scope: Scope
+) -> Erased:
+    """Erase the scope: its rows in one transaction, then, once that committed, its Redis
+    keys. Redis being down leaves the keys to expire on their own (the rows are gone)."""
+    with new_uow() as uow:
+        erased = erase_user(uow=uow, scope=scope)
+        uow.commit()
+    try:
+        erased.counts["redisKeys"] = forget_in_redis(redis_client, scope, erased)
+    except redis.RedisError:
+        log.warning("erasure of %s left Redis keys to expire", scope)
+    return erased
 
 
 def erase_user(*, uow: UnitOfWork, scope: Scope) -> Erased:

@@ -164,3 +164,24 @@ def test_erase_from_the_command_line(
         )
         is None
     )
+
+
+def test_redis_down_still_erases_the_rows_and_leaves_the_keys_to_expire(
+    client: FlaskClient,
+    auth: dict[str, str],
+    session_factory: sessionmaker[Session],
+) -> None:
+    from shared.db.uow import UnitOfWork
+    from shared.erasure.service import erase_user_everywhere
+    from shared.queue import RecordingQueue
+
+    ada = _fill(client, auth, "ada")
+    down = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+    erased = erase_user_everywhere(
+        new_uow=lambda: UnitOfWork(session_factory, RecordingQueue()),
+        redis_client=down,
+        scope=Scope(org_id=uuid.UUID(ada["orgId"]), agent_id="planner", user_id="ada"),
+    )
+    assert erased.counts["sessions"] == 1
+    assert "redisKeys" not in erased.counts  # the keys expire on their own
+    assert client.get(f"/agents-api/sessions/{ada['id']}", headers=auth).status_code == 404
