@@ -9,8 +9,7 @@ from shared.facts.models import FactsDocument
 from shared.memory.versions import MemoryVersion
 from shared.notes.models import NotesDocument
 from shared.sessions.models import ChatSession, Message
-from shared.topics.forks import Fork
-from shared.topics.models import Topic
+from shared.topics.models import Fork, Topic
 
 __all__ = [
     "AgentProfile",

@@ -30,8 +30,8 @@ from shared.queue import (
     SWEEP_IDLE,
     CeleryJobQueue,
 )
+from shared.reconcile.service import reconcile as reconcile_lost
 from shared.retention.service import purge_idle_sessions as purge_idle
-from shared.topics.reconcile import Claims, reconcile_lost_work
 from shared.triggers.service import fire_debounce as fire
 from worker.context import context_of, unit_of_work
 
@@ -87,28 +87,17 @@ def invalidate_memory(self: Task, org_id: str, agent_id: str, user_id: str) -> N
     MemoryCache(context_of(self.app).redis).invalidate(scope)
 
 
-# A re-enqueued item is not re-enqueued again for this many reconcile periods: a long
-# queue is not flooded with copies, and a job lost twice is still back within three.
-RECONCILE_CLAIM_PERIODS = 2
-
-
 @shared_task(name=RECONCILE, bind=True)
 def reconcile(self: Task) -> dict[str, int]:
     """Beat, every DRIFTLESS_RECONCILE_S: re-enqueue work whose job was lost (counts per kind)."""
     context = context_of(self.app)
-    settings = context.settings
-    claims = Claims(context.redis, ttl_s=settings.reconcile_s * RECONCILE_CLAIM_PERIODS)
-    with unit_of_work(self.app) as uow:
-        reconciled = reconcile_lost_work(
-            uow=uow,
-            cache=MemoryCache(context.redis),
-            claims=claims,
-            now=dt.datetime.now(dt.UTC),
-            grace=dt.timedelta(seconds=settings.reconcile_s),
-            drift_interval=settings.drift_interval,
-        )
-        uow.commit()  # nothing written: this sends the jobs
-    claims.record_sent(uow.sent)  # a job the broker refused stays unclaimed
+    reconciled = reconcile_lost(
+        new_uow=lambda: unit_of_work(self.app),
+        redis_client=context.redis,
+        now=dt.datetime.now(dt.UTC),
+        period_s=context.settings.reconcile_s,
+        drift_interval=context.settings.drift_interval,
+    )
     return reconciled.as_dict()
 
 

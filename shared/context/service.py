@@ -39,8 +39,7 @@ from shared.notes.service import active_notes_text
 from shared.sessions.models import Message
 from shared.sessions.service import active_topic, load_session
 from shared.tools.definitions import BUILT_IN_TOOLS
-from shared.topics.forks import Fork
-from shared.topics.models import Topic
+from shared.topics.models import Fork, Topic
 
 MAX_PRIOR_TOPICS = 50
 

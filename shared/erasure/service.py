@@ -26,10 +26,9 @@ from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
 from shared.memory.versions import MemoryVersion
 from shared.notes.models import NotesDocument
+from shared.reconcile.claims import forget_claims
 from shared.sessions.models import ChatSession, Message
-from shared.topics.forks import Fork
-from shared.topics.models import Topic
-from shared.topics.reconcile import forget_claims
+from shared.topics.models import Fork, Topic
 from shared.triggers.debounce import forget_topic
 
 log = logging.getLogger(__name__)

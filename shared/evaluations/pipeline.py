@@ -3,7 +3,7 @@
 Read `evaluate_topic` top to bottom (`evaluation_job` is the job around it: the pipeline,
 then R28's guard and the live event): every step is below it in this module, or one call
 down into summarization (shared/summaries/service.py), the fork
-(shared/topics/fork.py) or the audit row (shared/evaluations/service.py).
+(shared/sessions/fork.py) or the audit row (shared/evaluations/service.py).
 
 Like summarization, no transaction spans an LLM call: a snapshot, the drift call, a
 snapshot of what will be summarized, the summary call, then one short transaction that
@@ -31,8 +31,9 @@ from shared.drift.rules import (
 from shared.evaluations.service import record_evaluation
 from shared.live import publish
 from shared.llm.base import LLM, Completion, DriftRequest, LLMError, TranscriptLine
-from shared.memory.scope import lock_topic
+from shared.memory.scope import Scope, lock_topic
 from shared.metrics import FALLBACKS
+from shared.sessions.fork import fork_topic, record_fork
 from shared.sessions.models import Message
 from shared.summaries.service import (
     apply_summary,
@@ -44,7 +45,6 @@ from shared.summaries.service import (
     still_describes,
 )
 from shared.summaries.transcript import TopicSnapshot
-from shared.topics.fork import fork_topic, record_fork
 from shared.topics.models import Topic
 from shared.triggers.debounce import Debouncer
 from shared.triggers.service import guard_topic
@@ -196,7 +196,7 @@ def _apply_fork(
     if forked is None:  # the user closed the topic meanwhile: nothing to fork
         return EvaluationOutcome(job.topic_id, "skipped")
     _, error = apply_summary(
-        uow=uow, topic=forked.prior, scope=forked.scope, snapshot=snapshot,
+        uow=uow, topic=forked.prior, scope=Scope.of(forked.session), snapshot=snapshot,
         completion=answers.summary, error=answers.error,
     )  # fmt: skip
     record_fork(uow=uow, forked=forked, first_message_id=decision.first_message_id)

@@ -33,10 +33,10 @@ from shared.memory.scope import Scope
 from shared.memory.versions import memory_changed
 from shared.metrics import FALLBACKS, count_on_commit
 from shared.notes.service import active_notes_text, archive_notes
+from shared.sessions.fork import messages_from
 from shared.sessions.models import Message
 from shared.summaries.rules import fallback_summary, parse_summary_answer
 from shared.summaries.transcript import TopicSnapshot, read_transcript
-from shared.topics.fork import messages_from
 from shared.topics.models import Topic
 
 log = logging.getLogger(__name__)

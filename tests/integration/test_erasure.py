@@ -16,7 +16,7 @@ from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
 from shared.memory.versions import MemoryVersion
 from shared.queue import EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
-from shared.topics.reconcile import Claims
+from shared.reconcile.claims import Claims
 from shared.triggers.debounce import _keys
 from tests.conftest import new_key
 from tests.helpers import new_session, post_message

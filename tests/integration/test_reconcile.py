@@ -32,16 +32,16 @@ from shared.queue import (
     JobQueue,
     RecordingQueue,
 )
-from shared.sessions.models import ChatSession
-from shared.topics.fork import fork_topic, record_fork
-from shared.topics.models import Topic
-from shared.topics.reconcile import (
-    Claims,
+from shared.reconcile.claims import Claims
+from shared.reconcile.service import (
     Reconciled,
     closed_topics_awaiting_summary,
     heartbeats_never_evaluated,
     reconcile_lost_work,
 )
+from shared.sessions.fork import fork_topic, record_fork
+from shared.sessions.models import ChatSession
+from shared.topics.models import Topic
 from tests.helpers import new_session, post_message
 
 GRACE = dt.timedelta(seconds=60)

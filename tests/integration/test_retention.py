@@ -25,8 +25,8 @@ from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
 from shared.queue import PURGE_IDLE_SESSIONS, SUMMARIZE_TOPIC, TASK_ROUTES, Job, RecordingQueue
 from shared.retention.service import Purged, purge_idle_sessions
+from shared.sessions.fork import fork_topic, record_fork
 from shared.summaries.transcript import HEAD_MESSAGES, read_transcript
-from shared.topics.fork import fork_topic, record_fork
 from shared.topics.models import Topic
 from tests.helpers import new_session, post_message
 from worker.app import beat_schedule

@@ -1,5 +1,8 @@
 """The silent fork (R6): one transaction moves the new subject's messages to a new active
-topic, closes the prior topic with its summary and archives its notes (R24, R25)."""
+topic, closes the prior topic with its summary and archives its notes (R24, R25).
+
+A session writer like posting a message: it takes the session's lock first (R4). The
+record it leaves is `shared.topics.models.Fork`."""
 
 from __future__ import annotations
 
@@ -9,19 +12,17 @@ from dataclasses import dataclass
 from sqlalchemy import func, select, update
 
 from shared.db.uow import UnitOfWork
-from shared.memory.scope import Scope
 from shared.metrics import FORKS, count_on_commit
 from shared.sessions.models import ChatSession, Message
 from shared.sessions.service import active_topic
-from shared.topics.forks import Fork
-from shared.topics.models import Topic
+from shared.topics.models import Fork, Topic
 
 
 @dataclass(frozen=True)
 class ForkedTopics:
     prior: Topic
     new: Topic
-    scope: Scope
+    session: ChatSession  # row-locked: whose memory scope the prior's summary is in
     moved: int
 
 
@@ -89,8 +90,7 @@ def fork_topic(
     )
     uow.session.flush()
     uow.session.refresh(new)
-    scope = Scope.of(session)
-    return ForkedTopics(prior=prior, new=new, scope=scope, moved=len(moving))
+    return ForkedTopics(prior=prior, new=new, session=session, moved=len(moving))
 
 
 def record_fork(*, uow: UnitOfWork, forked: ForkedTopics, first_message_id: int) -> None:

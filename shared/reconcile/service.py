@@ -1,4 +1,5 @@
-"""Finding work whose job was lost, and asking for it again.
+"""Finding work whose job was lost, and asking for it again: summaries, evaluations and
+cached memory blocks (the claims on what was re-enqueued are in claims.py).
 
 PostgreSQL is the source of truth; Redis as a broker loses queued jobs when it restarts
 without persistence, and a job held by a worker killed with `kill -9` comes back only
@@ -25,7 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import redis
@@ -36,12 +37,16 @@ from shared.memory.cache import BLOCK_TTL_S, MemoryCache
 from shared.memory.scope import Scope
 from shared.memory.versions import changed_since
 from shared.queue import EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
+from shared.reconcile.claims import Claims
 from shared.sessions.models import ChatSession, Message
 from shared.topics.models import Topic
 
 log = logging.getLogger(__name__)
 
 RECONCILE_LIMIT = 500  # per kind and run; the rest waits for the next run
+# A re-enqueued item is not re-enqueued again for this many reconcile periods: a long
+# queue is not flooded with copies, and a job lost twice is still back within three.
+CLAIM_PERIODS = 2
 # Sessions quiet for longer than this are the idle sweep's (it evaluates them too); the
 # reconciler only needs the recent band, which keeps its scan short.
 EVALUATION_LOOKBACK = dt.timedelta(hours=1)
@@ -58,61 +63,6 @@ class Reconciled:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
-
-
-# The reconcile jobs whose items are claimed once sent, by the kind named in the key.
-CLAIM_KINDS = {SUMMARIZE_TOPIC: "summary", EVALUATE_TOPIC: "evaluation"}
-
-
-class Claims:
-    """Redis claims on re-enqueued work: an item whose job was sent within `ttl_s` is not
-    asked for again, even while that job sits in a long queue. A claim is recorded only
-    once its job really went out (after the commit), so a failed send leaves the item
-    free for the next run. Without Redis nothing counts as claimed (a duplicate job is
-    harmless; a missing one is what we are here for)."""
-
-    def __init__(self, client: redis.Redis, ttl_s: int) -> None:
-        self._redis = client
-        self._ttl_s = ttl_s
-
-    @staticmethod
-    def _key(kind: str, item: uuid.UUID | str) -> str:
-        return f"driftless:reconcile:{kind}:{{{item}}}"
-
-    def unclaimed(self, kind: str, ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
-        if not ids:
-            return []
-        try:
-            with self._redis.pipeline(transaction=False) as pipe:
-                for item in ids:
-                    pipe.exists(self._key(kind, item))
-                claimed = pipe.execute()
-        except redis.RedisError:
-            log.warning("reconcile claims unavailable; re-enqueueing without them")
-            return list(ids)
-        return [item for item, taken in zip(ids, claimed, strict=True) if not taken]
-
-    def record_sent(self, jobs: Sequence[Job]) -> None:
-        """Claim the items of the reconcile jobs that went out."""
-        try:
-            with self._redis.pipeline(transaction=False) as pipe:
-                for job in jobs:
-                    if job.task in CLAIM_KINDS:
-                        key = self._key(CLAIM_KINDS[job.task], job.kwargs["topic_id"])
-                        pipe.set(key, 1, ex=self._ttl_s)
-                pipe.execute()
-        except redis.RedisError:
-            log.warning("reconcile claims unavailable; the next run may enqueue again")
-
-
-def forget_claims(client: redis.Redis, topic_ids: Sequence[uuid.UUID]) -> int:
-    """Delete the claims on these topics (user erasure)."""
-    keys = [Claims._key(kind, item) for kind in CLAIM_KINDS.values() for item in topic_ids]
-    # One DEL a key: in a Redis Cluster a multi-key DEL must stay inside one slot.
-    with client.pipeline(transaction=False) as pipe:
-        for key in keys:
-            pipe.delete(key)
-        return sum(int(n) for n in pipe.execute())
 
 
 def closed_topics_awaiting_summary(
@@ -229,4 +179,28 @@ def reconcile_lost_work(
     reconciled = Reconciled(len(summaries), len(evaluations), len(stale))
     if any(reconciled.as_dict().values()):
         log.warning("reconcile: recovered lost work %s", reconciled.as_dict())
+    return reconciled
+
+
+def reconcile(
+    *,
+    new_uow: Callable[[], UnitOfWork],
+    redis_client: redis.Redis,
+    now: dt.datetime,
+    period_s: int,
+    drift_interval: int,
+) -> Reconciled:
+    """The beat's run, every `period_s`: re-enqueue what was lost, then claim what went out."""
+    claims = Claims(redis_client, ttl_s=period_s * CLAIM_PERIODS)
+    with new_uow() as uow:
+        reconciled = reconcile_lost_work(
+            uow=uow,
+            cache=MemoryCache(redis_client),
+            claims=claims,
+            now=now,
+            grace=dt.timedelta(seconds=period_s),
+            drift_interval=drift_interval,
+        )
+        uow.commit()  # nothing written: this sends the jobs
+    claims.record_sent(uow.sent)  # a job the broker refused stays unclaimed
     return reconciled

@@ -1,0 +1,1 @@
+"""Re-enqueueing work whose job was lost (the beat's reconcile run)."""
