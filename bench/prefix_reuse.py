@@ -22,9 +22,8 @@ from shared.context.service import ContextOptions, assemble_context
 from shared.context.window import WindowMode
 from shared.evaluations.summarize import summarize_topic
 from shared.llm.local_provider import LocalProvider
-from shared.sessions.service import create_session, post_message
+from shared.sessions.service import create_session, open_topic, post_message
 from shared.tools.service import execute_tool
-from shared.topics.service import open_topic
 
 TURNS = 200
 TOPICS = [

@@ -46,9 +46,8 @@ from shared.config import Settings
 from shared.db.uow import UnitOfWork
 from shared.evaluations.models import Evaluation
 from shared.queue import LLM_QUEUE, SUMMARIZE_TOPIC, CeleryJobQueue, Job, RecordingQueue
-from shared.sessions.service import create_session, post_message
+from shared.sessions.service import create_session, open_topic, post_message
 from shared.topics.models import Topic
-from shared.topics.service import open_topic
 from tests.llm_server import FakeOpenAI
 from worker.app import make_celery
 

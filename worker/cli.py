@@ -165,8 +165,8 @@ def reevaluate(
     org: str | None, agent_id: str | None, user_id: str | None, since: Any, rate: float
 ) -> None:
     """Enqueue re-evaluation of matching topics (e.g. after a prompt or model change)."""
+    from shared.evaluations.reevaluate import Selection, count_topics, reevaluation_jobs
     from shared.queue import CeleryJobQueue
-    from shared.topics.reevaluate import Selection, count_topics, reevaluation_jobs
     from worker.app import make_celery
 
     if since is not None and since.tzinfo is None:

@@ -25,6 +25,7 @@ from shared.errors import NotFound
 from shared.memory.scope import Scope, lock_topic
 from shared.memory.versions import memory_changed
 from shared.metrics import MEMORY_CHANGES, count_on_commit
+from shared.sessions.service import get_topic
 from shared.topics.models import MemoryState, Topic
 
 
@@ -132,8 +133,6 @@ def memory_history(
     *, uow: UnitOfWork, org_id: uuid.UUID, topic_id: uuid.UUID
 ) -> list[MemoryChange]:
     """The topic's curation audit trail, oldest first."""
-    from shared.topics.service import get_topic
-
     topic = get_topic(uow=uow, org_id=org_id, topic_id=topic_id)
     return list(
         uow.session.scalars(

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from shared.db.uow import UnitOfWork
 from shared.evaluations.models import Evaluation
 from shared.llm.base import Completion
-from shared.topics.service import get_topic
+from shared.sessions.service import get_topic
 
 
 def record_evaluation(

@@ -3,8 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared.sessions import service
-from shared.sessions.service import SessionView
-from shared.topics.service import open_topic
+from shared.sessions.service import SessionView, open_topic
 from web.auth import current_org
 from web.runtime import runtime, unit_of_work
 from web.schemas.common import ScopeQuery, SessionPath, dump

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared.notes.service import topic_notes
-from shared.topics.service import get_topic
+from shared.sessions.service import get_topic
 from web.auth import current_org
 from web.runtime import unit_of_work
 from web.schemas.common import TopicPath, dump
