@@ -153,7 +153,10 @@ def test_r6_an_answer_outside_the_window_is_no_drift(
     assert outcome.outcome == "refresh"
     body = session_body(client, auth, chat["id"])
     assert [t["id"] for t in body["topics"]] == [chat["activeTopicId"]]
-    assert body["topics"][0]["title"] == "Billing stack"  # refreshed in place
+    [refreshed] = body["topics"]  # refreshed in place, with the model's summary
+    assert (refreshed["title"], refreshed["summary"], refreshed["summarySource"]) == (
+        "Billing stack", SUMMARY["summary"], "llm",
+    )  # fmt: skip
 
 
 def test_r30_no_drift_refreshes_in_place_and_keeps_the_notes(
@@ -163,9 +166,10 @@ def test_r30_no_drift_refreshes_in_place_and_keeps_the_notes(
     fake_openai.queue(drift_at(None, drift=False), json.dumps(SUMMARY))
     assert evaluate(chat["activeTopicId"]).outcome == "refresh"
     topic: Any = client.get(f"/agents-api/topics/{chat['activeTopicId']}", headers=auth).json
-    assert (topic["status"], topic["summary"], topic["keepInMemory"]) == (
-        "active", SUMMARY["summary"], True,
+    assert (topic["status"], topic["title"], topic["summary"], topic["summarySource"]) == (
+        "active", SUMMARY["title"], SUMMARY["summary"], "llm",
     )  # fmt: skip
+    assert topic["keepInMemory"] is True
     notes = (
         connection.execute(
             text("SELECT status FROM notes WHERE topic_id = :t"), {"t": chat["activeTopicId"]}
