@@ -21,7 +21,6 @@ from typing import Any, TypeVar
 
 import anyio
 import pytest
-import redis
 import uvicorn
 from flask.testing import FlaskClient
 from mcp import Client, StdioServerParameters
