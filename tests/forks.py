@@ -1,6 +1,6 @@
 """A topic that a fork splits while an LLM answer is held: the race of [2.1] item 5.
 
-Shared by tests/integration/test_stale_refresh.py (each case) and
+Shared by tests/integration/evaluations/test_stale_refresh.py (each case) and
 tests/faults/test_hardening_attacks.py (the campaign with counts).
 """
 

@@ -26,7 +26,7 @@ def celery_app(settings: Settings) -> Celery:
 def celery_worker(celery_app: Celery) -> Iterator[Any]:
     """The real worker thread, shared by tests/e2e and stopped when that package ends.
 
-    Not session-wide: tests/integration/test_pgbouncer.py starts a worker thread of its
+    Not session-wide: tests/integration/operations/test_pgbouncer.py starts a worker thread of its
     own, and two alive at once in one process break each other (see worker_thread).
     """
     with worker_thread(celery_app) as worker:

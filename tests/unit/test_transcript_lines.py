@@ -1,7 +1,7 @@
 """How one stored message becomes a line of the summary transcript (R7, R9), without a database.
 
 `read_transcript` itself reads PostgreSQL and is tested in
-tests/integration/test_summarization.py; this pins the pure per-line part it relies on.
+tests/integration/evaluations/test_summarization.py; this pins the pure per-line part it relies on.
 """
 
 from __future__ import annotations

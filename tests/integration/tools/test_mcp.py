@@ -32,6 +32,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.service import create_api_key, org_for_key
+from shared.bootstrap import Runtime
 from shared.config import Settings
 from shared.curation.rules import KEEP_SET_BY_USER
 from shared.db.engine import make_engine, make_session_factory
@@ -40,7 +41,6 @@ from shared.queue import INVALIDATE_MEMORY, RecordingQueue
 from shared.sessions.service import create_session
 from shared.tools.definitions import BUILT_IN_TOOLS
 from tests.helpers import new_session, post_message, wait_for
-from shared.bootstrap import Runtime
 from web.mcp.server import build_server, http_app
 
 T = TypeVar("T")

@@ -10,7 +10,14 @@ from flask.testing import FlaskClient
 from werkzeug.routing import Map, Rule
 
 from tests.helpers import new_session, post_message
-from tests.integration.routes import PUBLIC, ROUTES, SCOPED, Route, served_routes, unlisted_routes
+from tests.integration.auth.routes import (
+    PUBLIC,
+    ROUTES,
+    SCOPED,
+    Route,
+    served_routes,
+    unlisted_routes,
+)
 
 
 def _call(
@@ -31,8 +38,8 @@ def _call(
 def test_every_authenticated_route_of_the_app_is_listed(app: Any) -> None:
     """routes.py is the matrices' list: a route the app serves is in it, and only those."""
     missing, gone = unlisted_routes(app)
-    assert missing == set(), "served by the app but not in tests/integration/routes.py"
-    assert gone == set(), "in tests/integration/routes.py but not served by the app"
+    assert missing == set(), "served by the app but not in tests/integration/auth/routes.py"
+    assert gone == set(), "in tests/integration/auth/routes.py but not served by the app"
     assert len({(r.method, r.path) for r in ROUTES}) == len(ROUTES)  # none listed twice
     assert served_routes(app)  # the url_map was read: a prefix that matched nothing fails
 

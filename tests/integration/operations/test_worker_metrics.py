@@ -35,7 +35,7 @@ from shared.queue import SUMMARIZE_TOPIC, CeleryJobQueue, Job, RecordingQueue
 from tests.helpers import new_session, post_message, wait_for
 from worker.app import make_celery
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 
 

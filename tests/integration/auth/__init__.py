@@ -1,0 +1,1 @@
+"""Integration tests: API keys, bearer auth and the list of authenticated routes."""

@@ -1,0 +1,1 @@
+"""Integration tests: the assembled context stack (R1-R3)."""

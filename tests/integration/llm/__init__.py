@@ -1,0 +1,1 @@
+"""Integration tests: the OpenAI provider and the fleet-wide rate limit."""

@@ -1,0 +1,1 @@
+"""Integration tests: running it: CLI, pools, metrics, logs, migrations, PgBouncer, routing."""

@@ -1,0 +1,1 @@
+"""Integration tests: the reconciler of lost work."""

@@ -1,0 +1,1 @@
+"""Integration tests: the HTTP edge: bad input, limits, health, OpenAPI, console, event streams."""
