@@ -18,11 +18,8 @@ from shared.auth.service import create_api_key, list_keys, revoke_key
 from shared.bootstrap import Runtime
 from shared.config import load_settings_or_exit
 from shared.db import migrate
-from shared.db.engine import make_engine, make_session_factory
-from shared.db.uow import UnitOfWork
 from shared.errors import DomainError
 from shared.logs import configure_logging
-from shared.queue import RecordingQueue
 from shared.runtime import database_url_of
 
 
@@ -201,25 +198,20 @@ def reevaluate(
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def erase(org: str, agent_id: str, user_id: str, yes: bool) -> None:
     """Erase everything held about USER of AGENT in ORG, and print what went."""
-    import redis
-
     from shared.auth.models import Org
     from shared.erasure.service import erase_user_everywhere
     from shared.memory.scope import Scope
-    from shared.runtime import redis_url_of
 
-    settings = load_settings_or_exit()
     if not yes:
         click.confirm(f"Erase user {user_id!r} of agent {agent_id!r} in org {org!r}?", abort=True)
-    engine = make_engine(database_url_of(settings), pool_size=1, max_overflow=0)
-    session_factory = make_session_factory(engine)
-    with UnitOfWork(session_factory, RecordingQueue()) as uow:
-        org_id = uow.session.scalar(select(Org.id).where(Org.name == org))
-    if org_id is None:
-        raise click.ClickException(f"no org named {org!r}")
-    erased = erase_user_everywhere(
-        new_uow=lambda: UnitOfWork(session_factory, RecordingQueue()),
-        redis_client=redis.Redis.from_url(redis_url_of(settings)),
-        scope=Scope(org_id=org_id, agent_id=agent_id, user_id=user_id),
-    )
+    with command_runtime() as rt:
+        with rt.unit_of_work() as uow:
+            org_id = uow.session.scalar(select(Org.id).where(Org.name == org))
+        if org_id is None:
+            raise click.ClickException(f"no org named {org!r}")
+        erased = erase_user_everywhere(
+            new_uow=rt.unit_of_work,
+            redis_client=rt.redis,
+            scope=Scope(org_id=org_id, agent_id=agent_id, user_id=user_id),
+        )
     click.echo(json.dumps(erased.counts, sort_keys=True))

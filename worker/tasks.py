@@ -28,7 +28,6 @@ from shared.queue import (
     RECONCILE,
     SUMMARIZE_TOPIC,
     SWEEP_IDLE,
-    CeleryJobQueue,
 )
 from shared.reconcile.service import reconcile as reconcile_lost
 from shared.retention.service import purge_idle_sessions as purge_idle
@@ -143,7 +142,7 @@ def fire_debounce(self: Task, topic_id: str, token: str, trigger: str) -> str:
         trigger=trigger,
     )
     if fired.send is not None:  # the evaluation, or this job again when the burst is due
-        CeleryJobQueue(self.app).send(fired.send)
+        context_of(self.app).queue.send(fired.send)
     return fired.status
 
 
@@ -154,6 +153,6 @@ def sweep_idle(self: Task) -> int:
     return sweep(
         new_uow=lambda: unit_of_work(self.app),
         debouncer=context.debouncer,
-        queue=CeleryJobQueue(self.app),
+        queue=context.queue,
         idle=dt.timedelta(seconds=context.settings.idle_s),
     )
