@@ -12,9 +12,8 @@ from importlib.metadata import entry_points
 from typing import Any
 
 import click
-from sqlalchemy import select
 
-from shared.auth.service import create_api_key, list_keys, revoke_key
+from shared.auth.service import create_api_key, list_keys, org_id_named, revoke_key
 from shared.bootstrap import Runtime
 from shared.config import load_settings_or_exit
 from shared.db import migrate
@@ -25,10 +24,13 @@ from shared.runtime import database_url_of
 
 @contextmanager
 def command_runtime(**overrides: Any) -> Iterator[Runtime]:
-    """A command's runtime (shared/bootstrap.py): one connection, given back at the end."""
+    """A command's runtime (shared/bootstrap.py): one connection, given back at the end.
+    A domain error (no such org, an ambiguous prefix) ends the command with its message."""
     runtime = Runtime(load_settings_or_exit(), pool_size=1, max_overflow=0, **overrides)
     try:
         yield runtime
+    except DomainError as error:
+        raise click.ClickException(error.message) from None
     finally:
         runtime.close()
 
@@ -103,10 +105,7 @@ def _when(at: dt.datetime | None) -> str:
 def keys_list(org: str) -> None:
     """List ORG's keys: prefix, created, revoked (the keys themselves are never stored)."""
     with command_runtime() as rt, rt.unit_of_work() as uow:
-        try:
-            listed = list_keys(uow=uow, org_name=org)
-        except DomainError as error:
-            raise click.ClickException(error.message) from None
+        listed = list_keys(uow=uow, org_name=org)
     click.echo(f"{'PREFIX':<16} {'CREATED':<25} REVOKED")
     for info in listed:
         click.echo(f"{info.prefix:<16} {_when(info.created_at):<25} {_when(info.revoked_at)}")
@@ -117,10 +116,7 @@ def keys_list(org: str) -> None:
 def keys_revoke(prefix: str) -> None:
     """Revoke the key whose prefix is PREFIX: it is refused from the next request on."""
     with command_runtime() as rt, rt.unit_of_work() as uow:
-        try:
-            info = revoke_key(uow=uow, prefix=prefix)
-        except DomainError as error:
-            raise click.ClickException(error.message) from None
+        info = revoke_key(uow=uow, prefix=prefix)
         uow.commit()
     click.echo(
         f"key {info.prefix} of org {info.org_name!r} is revoked since {_when(info.revoked_at)}"
@@ -198,7 +194,6 @@ def reevaluate(
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def erase(org: str, agent_id: str, user_id: str, yes: bool) -> None:
     """Erase everything held about USER of AGENT in ORG, and print what went."""
-    from shared.auth.models import Org
     from shared.erasure.service import erase_user_everywhere
     from shared.memory.scope import Scope
 
@@ -206,9 +201,7 @@ def erase(org: str, agent_id: str, user_id: str, yes: bool) -> None:
         click.confirm(f"Erase user {user_id!r} of agent {agent_id!r} in org {org!r}?", abort=True)
     with command_runtime() as rt:
         with rt.unit_of_work() as uow:
-            org_id = uow.session.scalar(select(Org.id).where(Org.name == org))
-        if org_id is None:
-            raise click.ClickException(f"no org named {org!r}")
+            org_id = org_id_named(uow=uow, org_name=org)
         erased = erase_user_everywhere(
             new_uow=rt.unit_of_work,
             redis_client=rt.redis,

@@ -56,15 +56,21 @@ def _info(key: ApiKey, org_name: str) -> KeyInfo:
     )
 
 
+def org_id_named(*, uow: UnitOfWork, org_name: str) -> uuid.UUID:
+    """The id of the org called `org_name` (operators name orgs; the API never does)."""
+    org_id = uow.session.scalar(select(Org.id).where(Org.name == org_name))
+    if org_id is None:
+        raise NotFound(f"no org named {org_name!r}")
+    return org_id
+
+
 def list_keys(*, uow: UnitOfWork, org_name: str) -> list[KeyInfo]:
     """The org's keys, oldest first, revoked ones included."""
-    org = uow.session.scalar(select(Org).where(Org.name == org_name))
-    if org is None:
-        raise NotFound(f"no org named {org_name!r}")
+    org_id = org_id_named(uow=uow, org_name=org_name)
     keys = uow.session.scalars(
-        select(ApiKey).where(ApiKey.org_id == org.id).order_by(ApiKey.created_at, ApiKey.prefix)
+        select(ApiKey).where(ApiKey.org_id == org_id).order_by(ApiKey.created_at, ApiKey.prefix)
     )
-    return [_info(key, org.name) for key in keys]
+    return [_info(key, org_name) for key in keys]
 
 
 def revoke_key(*, uow: UnitOfWork, prefix: str) -> KeyInfo:
