@@ -19,6 +19,7 @@ import redis
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from shared.auth.cache import KeyCache
 from shared.config import Settings
 from shared.db.engine import bound_transactions, make_engine, make_session_factory
 from shared.db.uow import UnitOfWork
@@ -112,10 +113,14 @@ class Runtime:
     def debouncer(self) -> Debouncer:
         return Debouncer.from_settings(self.redis, self.settings)
 
+    @cached_property
+    def key_cache(self) -> KeyCache:
+        return KeyCache(ttl_s=self.settings.auth_cache_s, unit_of_work=self.unit_of_work)
+
     def build(self) -> Runtime:
         """Build everything now: a threaded server must not race to build it on first use,
         and a bad URL should stop the process at start."""
-        for part in ("engine", "session_factory", "queue", "redis", "debouncer"):
+        for part in ("engine", "session_factory", "queue", "redis", "debouncer", "key_cache"):
             getattr(self, part)
         return self
 

@@ -46,6 +46,7 @@ ENVIRONMENT: dict[str, str] = {
     "DRIFTLESS_MAX_BODY_BYTES": "max_body_bytes",
     "DRIFTLESS_MAX_JSON_DEPTH": "max_json_depth",
     "DRIFTLESS_MAX_STREAMS_PER_ORG": "max_streams_per_org",
+    "DRIFTLESS_AUTH_CACHE_S": "auth_cache_s",
     "DRIFTLESS_STREAM_IDLE_S": "stream_idle_s",
     "DRIFTLESS_STREAM_MAX_S": "stream_max_s",
     "DRIFTLESS_LLM_RPM": "llm_rpm",
@@ -98,13 +99,17 @@ class Settings(BaseModel):
     reconcile_s: int = Field(default=60, ge=1)
     # Where embedded PostgreSQL and Redis keep their files when no URL is given.
     home: Path = Path(".driftless")
-    max_body_bytes: int = Field(default=256 * 1024, ge=1024)
+    # A batch of 1,000 messages of about 2 KB each (POST …/messages); one message is far less.
+    max_body_bytes: int = Field(default=2 * 1024 * 1024, ge=1024)
     # Deeper JSON is refused (422) on every path before anything is written: nesting is
     # never needed by the API's documents and recursion is what breaks on it.
     max_json_depth: int = Field(default=32, ge=2, le=200)
     # Live event streams (GET …/events): open ones per org across the fleet, and how
     # long one may stay without an event (idle) or at all before the server ends it.
     max_streams_per_org: int = Field(default=20, ge=1, le=100_000)
+    # How long a process trusts a key it has looked up: a revoked key works at most this
+    # long after `driftless keys revoke` (0: look it up on every request).
+    auth_cache_s: float = Field(default=5.0, ge=0, le=300)
     stream_idle_s: int = Field(default=300, ge=1)
     stream_max_s: int = Field(default=3600, ge=1)
     # The provider's quota, shared by the whole worker fleet through Redis; 0: no limit.

@@ -24,6 +24,9 @@ from shared.errors import Invalid, TooLarge
 
 DEFAULT_MAX_JSON_DEPTH = 32
 MAX_MESSAGE_CHARS = 100_000
+# Messages of one POST …/messages: enough to import a history in few requests, while one
+# request's transaction (and its row locks) stays short.
+MAX_BATCH_MESSAGES = 1_000
 MAX_FACTS_BYTES = 64 * 1024
 MAX_FACT_VALUE_BYTES = 16 * 1024
 MAX_WORKING_MEMORY_BYTES = 16 * 1024

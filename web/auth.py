@@ -6,9 +6,8 @@ import uuid
 
 from flask import Flask, Response, g, request
 
-from shared.auth.service import org_for_key
 from web.errors import error_response
-from web.runtime import unit_of_work
+from web.runtime import runtime
 
 PUBLIC_PATHS = {"/agents-api/openapi.json"}
 
@@ -26,8 +25,7 @@ def install_auth(app: Flask) -> None:
         scheme, _, key = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
             return error_response(401, "unauthorized", "missing 'Authorization: Bearer <key>'")
-        with unit_of_work() as uow:
-            org_id = org_for_key(uow=uow, key=key.strip())
+        org_id = runtime().key_cache.org_for_key(key.strip())
         if org_id is None:
             return error_response(401, "unauthorized", "unknown or revoked API key")
         g.org_id = org_id

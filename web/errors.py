@@ -14,6 +14,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
 from shared.errors import Conflict, DomainError, Invalid, NotFound, TooLarge, Unavailable
+from web.schemas.common import FORM_TAGS
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ def error_response(status: int, code: str, message: str, **extra: Any) -> tuple[
 
 
 def _field_name(location: tuple[int | str, ...]) -> str:
+    if location and location[0] in FORM_TAGS:  # which form of the body; not a field
+        location = location[1:]
     return ".".join(str(part) for part in location) or "body"
 
 

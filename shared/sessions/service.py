@@ -13,10 +13,10 @@ from sqlalchemy import func, select, update
 from shared.db.uow import UnitOfWork
 from shared.errors import NotFound
 from shared.limits import check_message_content
-from shared.queue import EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
+from shared.queue import SUMMARIZE_TOPIC, Job
 from shared.sessions.models import ChatSession, Message
+from shared.sessions.posting import NewMessage, PostedMessages, post_messages
 from shared.topics.models import Topic
-from shared.triggers.rules import is_heartbeat
 
 
 @dataclass(frozen=True)
@@ -27,13 +27,6 @@ class SessionView:
     @property
     def active_topic_id(self) -> uuid.UUID | None:
         return next((t.id for t in self.topics if t.status == "active"), None)
-
-
-@dataclass(frozen=True)
-class PostedMessage:
-    message: Message
-    topic: Topic
-    drift_evaluation_enqueued: bool
 
 
 def create_session(
@@ -168,24 +161,16 @@ def post_message(
     tool_name: str | None = None,
     tool_call_id: str | None = None,
     drift_interval: int = 10,
-) -> PostedMessage:
-    """Append a message to the session's active topic; every `drift_interval`-th
-    user/assistant message of the topic enqueues a drift evaluation (R26)."""
-    session = load_session(uow=uow, org_id=org_id, session_id=session_id, lock=True)
-    topic = active_topic(uow=uow, session_id=session.id)
-    message = append_message(
+) -> PostedMessages:
+    """Append one message to the session's active topic (a batch of one, R26)."""
+    message = NewMessage(role=role, content=content, tool_name=tool_name, tool_call_id=tool_call_id)
+    return post_messages(
         uow=uow,
-        session=session,
-        topic=topic,
-        role=role,
-        content=content,
-        tool_name=tool_name,
-        tool_call_id=tool_call_id,
+        org_id=org_id,
+        session_id=session_id,
+        messages=[message],
+        drift_interval=drift_interval,
     )
-    heartbeat = is_heartbeat(role=role, message_count=topic.message_count, interval=drift_interval)
-    if heartbeat:
-        uow.enqueue(Job(EVALUATE_TOPIC, {"topic_id": str(topic.id), "trigger": "heartbeat"}))
-    return PostedMessage(message=message, topic=topic, drift_evaluation_enqueued=heartbeat)
 
 
 def list_messages(

@@ -1,12 +1,14 @@
-"""The pure trigger rules: when a message is a heartbeat (R26)."""
+"""The pure trigger rules: when a post is a heartbeat (R26)."""
 
 from __future__ import annotations
 
 
-def is_heartbeat(*, role: str, message_count: int, interval: int) -> bool:
-    """R26: the topic's user + assistant messages just reached a multiple of `interval`.
+def crosses_heartbeat(*, before: int, after: int, interval: int) -> bool:
+    """R26: the topic's count of user + assistant messages went from `before` to `after`
+    and reached or passed a multiple of `interval` on the way.
 
-    `message_count` is the topic's count after the message was stored. Tool messages are
-    not counted (R7), so they are never a heartbeat.
+    One message reaching 10 is a heartbeat; so is a batch going from 8 to 23 (R26's
+    batch decision: one evaluation, however many multiples the batch crosses). Tool
+    messages are not counted (R7), so a post of tool messages alone never is one.
     """
-    return role != "tool" and message_count % interval == 0
+    return after // interval > before // interval

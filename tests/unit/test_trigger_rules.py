@@ -9,18 +9,28 @@ import pytest
 
 from shared.queue import EVALUATE_TOPIC, FIRE_DEBOUNCE
 from shared.triggers.debounce import Debouncer, FireResult
-from shared.triggers.rules import is_heartbeat
+from shared.triggers.rules import crosses_heartbeat
 from shared.triggers.service import fire_debounce
 
 
 @pytest.mark.parametrize("count", range(1, 41))
 def test_r26_every_tenth_user_or_assistant_message_is_a_heartbeat(count: int) -> None:
-    assert is_heartbeat(role="user", message_count=count, interval=10) is (count % 10 == 0)
-    assert is_heartbeat(role="assistant", message_count=count, interval=10) is (count % 10 == 0)
+    assert crosses_heartbeat(before=count - 1, after=count, interval=10) is (count % 10 == 0)
 
 
-def test_r26_a_tool_message_is_never_a_heartbeat() -> None:
-    assert not is_heartbeat(role="tool", message_count=10, interval=10)
+def test_r26_a_post_of_tool_messages_alone_is_never_a_heartbeat() -> None:
+    # Tool messages leave the count where it was (R7), even at a multiple of 10.
+    assert not crosses_heartbeat(before=10, after=10, interval=10)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "crosses"),
+    [(0, 9, False), (0, 10, True), (8, 23, True), (10, 19, False), (9, 40, True), (11, 20, True)],
+)
+def test_r26_batch_decision_a_batch_crossing_multiples_of_10_is_one_heartbeat(
+    before: int, after: int, crosses: bool
+) -> None:
+    assert crosses_heartbeat(before=before, after=after, interval=10) is crosses
 
 
 class _Burst:

@@ -9,6 +9,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     StringConstraints,
+    Tag,
     field_validator,
     model_validator,
 )
@@ -50,6 +51,18 @@ class OptionalBody(Body):
     @classmethod
     def _empty_is_empty_object(cls, data: Any) -> Any:
         return {} if data is None else data
+
+
+# Tags of bodies that come in several forms (one message or a batch, say). A validation
+# error's location starts with its form's tag; web/errors.py leaves it out of the field
+# it names, which is the client's field ("messages.3.content").
+FORM_TAGS: set[str] = set()
+
+
+def body_form(name: str) -> Tag:
+    """The tag of one form of a body (pydantic's tagged union), known to web/errors.py."""
+    FORM_TAGS.add(name)
+    return Tag(name)
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

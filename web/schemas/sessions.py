@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Discriminator, Field, RootModel, model_validator
 
-from web.schemas.common import Body, CamelModel, Input, OptionalBody, ScopeId
+from shared.limits import MAX_BATCH_MESSAGES, MAX_MESSAGE_CHARS
+from web.schemas.common import Body, CamelModel, Input, OptionalBody, ScopeId, body_form
+from web.schemas.context import ContextOut
 from web.schemas.topics import TopicOut
-
-MAX_MESSAGE_CHARS = 100_000
 
 
 class MessageQuery(CamelModel, Input):
@@ -36,6 +36,39 @@ class MessageIn(Body):
         if self.role != "tool" and (self.tool_name or self.tool_call_id):
             raise ValueError("toolName and toolCallId are only allowed when role is 'tool'")
         return self
+
+
+class MessageBatchIn(Body):
+    messages: list[MessageIn] = Field(min_length=1, max_length=MAX_BATCH_MESSAGES)
+
+
+def _body_form(value: Any) -> str:
+    return "batch" if isinstance(value, dict) and "messages" in value else "message"
+
+
+class MessagesIn(
+    RootModel[
+        Annotated[
+            Annotated[MessageIn, body_form("message")]
+            | Annotated[MessageBatchIn, body_form("batch")],
+            Discriminator(_body_form),
+        ]
+    ]
+):
+    """One message, or `{messages: [...]}`: a batch stored in order, all or nothing."""
+
+    @property
+    def batch(self) -> list[MessageIn]:
+        return self.root.messages if isinstance(self.root, MessageBatchIn) else [self.root]
+
+    @property
+    def is_batch(self) -> bool:
+        return isinstance(self.root, MessageBatchIn)
+
+
+class PostMessagesQuery(CamelModel, Input):
+    # True: the answer carries the context for the agent's next call (one round trip a turn).
+    context: bool = False
 
 
 class TopicIn(OptionalBody):
@@ -74,11 +107,25 @@ class MessageListOut(CamelModel):
     next_after_id: int | None
 
 
-class PostedMessageOut(CamelModel):
+class StoredMessageOut(CamelModel):
     id: int
     topic_id: uuid.UUID
     created_at: datetime
+
+
+class PostedMessageOut(StoredMessageOut):
     drift_evaluation_enqueued: bool
+    context: ContextOut | None = Field(default=None, description="only with ?context=true")
+
+
+class PostedBatchOut(CamelModel):
+    messages: list[StoredMessageOut]
+    drift_evaluation_enqueued: bool
+    context: ContextOut | None = Field(default=None, description="only with ?context=true")
+
+
+class PostedOut(RootModel[PostedMessageOut | PostedBatchOut]):
+    """The answer of a single post, or of a batch."""
 
 
 class ScopeOut(CamelModel):

@@ -2,23 +2,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.sessions import service
+from shared.context.service import ContextOptions, assemble_context
+from shared.sessions import posting, service
+from shared.sessions.posting import NewMessage, PostedMessages
 from shared.sessions.service import SessionView, open_topic
 from web.auth import current_org
 from web.runtime import runtime, unit_of_work
 from web.schemas.common import ScopeQuery, SessionPath, dump
+from web.schemas.context import context_document
 from web.schemas.sessions import (
-    MessageIn,
     MessageListOut,
     MessageOut,
     MessageQuery,
+    MessagesIn,
+    PostedBatchOut,
     PostedMessageOut,
+    PostedOut,
+    PostMessagesQuery,
     ScopeOut,
     ScopesOut,
     SessionIn,
     SessionOut,
     SessionsOut,
     SessionWithTopicsOut,
+    StoredMessageOut,
     TopicIn,
 )
 from web.schemas.topics import TopicOut
@@ -78,29 +85,46 @@ def get(path: SessionPath) -> dict[str, Any]:
     return dump(SessionWithTopicsOut(**_session_fields(view), topics=topics))
 
 
-@bp.post("/sessions/<sid>/messages", responses={201: PostedMessageOut})
-def post_message(path: SessionPath, body: MessageIn) -> tuple[dict[str, Any], int]:
-    """Append a message to the active topic; every 10th enqueues a drift evaluation (R26)."""
+@bp.post("/sessions/<sid>/messages", responses={201: PostedOut})
+def post_messages(
+    path: SessionPath, query: PostMessagesQuery, body: MessagesIn
+) -> tuple[dict[str, Any], int]:
+    """Append one message, or a batch of 1–1,000 in order and all or none, to the active
+    topic. A post that carries the topic's user + assistant count across a multiple of 10
+    enqueues one drift evaluation (R26). `?context=true` answers with the context for the
+    agent's next call too: one round trip per turn."""
+    rt = runtime()
+    org_id = current_org()
+    new = [NewMessage(m.role, m.content, m.tool_name, m.tool_call_id) for m in body.batch]
     with unit_of_work() as uow:
-        posted = service.post_message(
+        posted = posting.post_messages(
             uow=uow,
-            org_id=current_org(),
+            org_id=org_id,
             session_id=path.sid,
-            role=body.role,
-            content=body.content,
-            tool_name=body.tool_name,
-            tool_call_id=body.tool_call_id,
-            drift_interval=runtime().settings.drift_interval,
+            messages=new,
+            drift_interval=rt.settings.drift_interval,
         )
-        out = PostedMessageOut(
-            id=posted.message.id,
-            topic_id=posted.topic.id,
-            created_at=posted.message.created_at,
-            drift_evaluation_enqueued=posted.drift_evaluation_enqueued,
-        )
-        answer = dump(out)  # before the commit: nothing fails after it
-        uow.commit()
+        answer = _posted_answer(posted, batch=body.is_batch)
+        if query.context:  # read in this transaction: it holds what was just stored
+            options = ContextOptions.from_settings(rt.settings)
+            stack = assemble_context(
+                uow=uow, client=rt.redis, org_id=org_id, session_id=path.sid, options=options
+            )
+            answer["context"] = context_document(stack)
+        uow.commit()  # the answer is whole before the commit: nothing fails after it
     return answer, 201
+
+
+def _posted_answer(posted: PostedMessages, *, batch: bool) -> dict[str, Any]:
+    """The answer without `context` (only ?context=true adds it)."""
+    stored = [StoredMessageOut.model_validate(m) for m in posted.messages]
+    enqueued = posted.drift_evaluation_enqueued
+    out: PostedBatchOut | PostedMessageOut
+    if batch:
+        out = PostedBatchOut(messages=stored, drift_evaluation_enqueued=enqueued)
+    else:
+        out = PostedMessageOut(**stored[0].model_dump(), drift_evaluation_enqueued=enqueued)
+    return out.model_dump(mode="json", by_alias=True, exclude={"context"})
 
 
 @bp.get("/sessions/<sid>/messages", responses={200: MessageListOut})

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 from flask.testing import FlaskClient
+from freezegun import freeze_time
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -95,27 +96,45 @@ def test_keys_list_of_an_unknown_org_fails_naming_it(cli_env: dict[str, str], or
     assert f"no org named {org!r}" in result.output
 
 
-def test_a_revoked_key_is_401_on_the_very_next_request_while_the_orgs_other_key_works(
-    cli_env: dict[str, str], org: str, committed_client: FlaskClient
+def test_a_revoked_key_is_401_once_the_auth_cache_forgets_it_while_the_orgs_other_key_works(
+    cli_env: dict[str, str], org: str, committed_client: FlaskClient, settings: Any
 ) -> None:
     client = committed_client
     revoked, kept = _create(cli_env, org), _create(cli_env, org)
-    assert _status(client, revoked) == 201
-    assert _status(client, kept) == 201
+    with freeze_time("2026-12-03 12:00:00") as clock:
+        assert _status(client, revoked) == 201  # the process now trusts it for auth_cache_s
+        assert _status(client, kept) == 201
 
-    result = _cli(cli_env, "keys", "revoke", _prefix(revoked))
-    assert result.exit_code == 0, result.output
-    assert revoked not in result.output
+        result = _cli(cli_env, "keys", "revoke", _prefix(revoked))
+        assert result.exit_code == 0, result.output
+        assert revoked not in result.output
 
-    # No cache between a key and its org (web/auth.py asks the database on every
-    # request), so the very next request is refused, not one a few seconds later.
-    response = client.get("/agents-api/scopes", headers={"Authorization": f"Bearer {revoked}"})
-    assert response.status_code == 401
-    assert response.json["error"]["code"] == "unauthorized"  # type: ignore[index]
-    assert _status(client, kept) == 201
+        # shared/auth/cache.py: a process trusts a key it looked up for at most
+        # DRIFTLESS_AUTH_CACHE_S, so revocation reaches it within that bound.
+        clock.tick(settings.auth_cache_s + 0.1)
+        response = client.get("/agents-api/scopes", headers={"Authorization": f"Bearer {revoked}"})
+        assert response.status_code == 401
+        assert response.json["error"]["code"] == "unauthorized"  # type: ignore[index]
+        assert _status(client, kept) == 201
     listed = _listed(cli_env, org)
     assert listed[_prefix(revoked)][1] != "-"
     assert listed[_prefix(kept)][1] == "-"
+
+
+def test_a_revoked_key_is_401_on_the_very_next_request_when_the_auth_cache_is_off(
+    cli_env: dict[str, str], org: str, settings: Any
+) -> None:
+    from web.app import create_app
+
+    app = create_app(settings.model_copy(update={"auth_cache_s": 0}), queue=RecordingQueue())
+    client = app.test_client()
+    try:
+        revoked = _create(cli_env, org)
+        assert _status(client, revoked) == 201
+        assert _cli(cli_env, "keys", "revoke", _prefix(revoked)).exit_code == 0
+        assert _status(client, revoked) == 401
+    finally:
+        app.extensions["driftless"].engine.dispose()
 
 
 def test_revoking_a_key_twice_succeeds_and_keeps_the_first_revocation_time(

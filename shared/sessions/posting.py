@@ -1,0 +1,203 @@
+"""Posting messages to a session's active topic: one message or a batch, in one transaction.
+
+This is the hottest path of the service (every agent turn, every history import), so it
+costs two statements whatever the batch size:
+
+1. `UPDATE sessions … RETURNING` takes the session's row lock (R4: every writer of a
+   session takes it first) and records the activity in the same round trip.
+2. One statement with three parts: it finds the active topic, inserts the batch in
+   order, and moves the topic's counters and `last_message_id`.
+
+They cannot be one statement. Under READ COMMITTED a statement reads the snapshot of
+its start; a statement that waited for the lock would then see the active topic as it
+was before the writer it waited for (a fork, a new topic) committed, and the messages
+would land in a closed topic, against R6. The second statement starts after the lock
+is held, so it sees every change of the writers before it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ARRAY,
+    BindParameter,
+    Select,
+    Text,
+    bindparam,
+    func,
+    insert,
+    literal,
+    select,
+    true,
+    update,
+)
+
+from shared.db.uow import UnitOfWork
+from shared.errors import Invalid, NotFound
+from shared.limits import MAX_BATCH_MESSAGES, check_message_content
+from shared.queue import EVALUATE_TOPIC, Job
+from shared.sessions.models import ChatSession, Message
+from shared.topics.models import Topic
+from shared.triggers.rules import crosses_heartbeat
+
+ROLES = ("user", "assistant", "tool")
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    role: str
+    content: str
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    id: int
+    topic_id: uuid.UUID
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class PostedMessages:
+    """The stored messages in the order given, and whether a heartbeat was enqueued."""
+
+    messages: Sequence[StoredMessage]
+    drift_evaluation_enqueued: bool
+
+    @property
+    def message(self) -> StoredMessage:
+        """The last message stored: the only one of a single post."""
+        return self.messages[-1]
+
+    @property
+    def topic_id(self) -> uuid.UUID:
+        return self.messages[-1].topic_id
+
+
+def check_batch(messages: Sequence[NewMessage]) -> None:
+    """The limits of a batch, for every writer (HTTP, tools, MCP); nothing is written."""
+    if not 1 <= len(messages) <= MAX_BATCH_MESSAGES:
+        raise Invalid(f"messages: a batch holds 1 to {MAX_BATCH_MESSAGES} messages")
+    for index, message in enumerate(messages):
+        if message.role not in ROLES:
+            raise Invalid(f"messages.{index}.role: must be one of {', '.join(ROLES)}")
+        if message.role != "tool" and (message.tool_name or message.tool_call_id):
+            raise Invalid(
+                f"messages.{index}: toolName and toolCallId are only allowed when role is 'tool'"
+            )
+        check_message_content(message.content)
+
+
+def post_messages(
+    *,
+    uow: UnitOfWork,
+    org_id: uuid.UUID,
+    session_id: uuid.UUID,
+    messages: Sequence[NewMessage],
+    drift_interval: int = 10,
+) -> PostedMessages:
+    """Append `messages`, in order, to the session's active topic, all or none.
+
+    R26 with its batch decision: when the topic's count of user + assistant messages
+    crosses one or more multiples of `drift_interval`, one drift evaluation is enqueued,
+    after the whole batch is stored (the job goes out after the commit).
+    """
+    check_batch(messages)
+    _lock_session(uow=uow, org_id=org_id, session_id=session_id)
+    counted = sum(1 for m in messages if m.role != "tool")  # tool messages are not counted (R7)
+    rows = uow.session.execute(
+        _insert_into_active_topic(session_id, messages, counted=counted)
+    ).all()
+    if not rows:  # the partial unique index allows zero; the services never leave zero
+        raise NotFound(f"session {session_id} has no active topic")
+    stored = [StoredMessage(id=r.id, topic_id=r.topic_id, created_at=r.created_at) for r in rows]
+    after = rows[0].message_count
+    heartbeat = crosses_heartbeat(before=after - counted, after=after, interval=drift_interval)
+    if heartbeat:
+        job = Job(EVALUATE_TOPIC, {"topic_id": str(stored[-1].topic_id), "trigger": "heartbeat"})
+        uow.enqueue(job)
+    return PostedMessages(messages=stored, drift_evaluation_enqueued=heartbeat)
+
+
+def _lock_session(*, uow: UnitOfWork, org_id: uuid.UUID, session_id: uuid.UUID) -> None:
+    """The session's row lock (as `load_session(lock=True)`), and its activity, in one trip."""
+    locked = uow.session.scalar(
+        update(ChatSession)
+        .where(ChatSession.id == session_id, ChatSession.org_id == org_id)
+        .values(last_activity_at=func.now())
+        .returning(ChatSession.id)
+    )
+    if locked is None:
+        raise NotFound(f"session {session_id} not found")
+
+
+def _insert_into_active_topic(
+    session_id: uuid.UUID, messages: Sequence[NewMessage], *, counted: int
+) -> Select[Any]:
+    """WITH active, stored (INSERT … SELECT … ORDER BY), moved (UPDATE topics): one row
+    per stored message, in order, each carrying the topic's new count.
+
+    One array per column keeps the statement the same text whatever the batch size.
+    PostgreSQL draws the ids as the ordered SELECT produces its rows, so they follow the
+    batch's order (SQLAlchemy's own "insertmanyvalues" relies on the same behaviour).
+    """
+
+    def column(name: str, values: list[str | None]) -> BindParameter[Any]:
+        text_array: ARRAY[Any] = ARRAY(Text)
+        return bindparam(name, values, type_=text_array)
+
+    active = (
+        select(Topic.id)
+        .where(Topic.session_id == session_id, Topic.status == "active")
+        .cte("active")
+    )
+    batch = (
+        func.unnest(
+            column("roles", [m.role for m in messages]),
+            column("contents", [m.content for m in messages]),
+            column("tool_names", [m.tool_name for m in messages]),
+            column("tool_call_ids", [m.tool_call_id for m in messages]),
+        )
+        .table_valued("role", "content", "tool_name", "tool_call_id", with_ordinality="position")
+        .render_derived(name="batch")
+    )
+    stored = (
+        insert(Message)
+        .from_select(
+            ["session_id", "topic_id", "role", "content", "tool_name", "tool_call_id"],
+            select(
+                literal(session_id, type_=ChatSession.id.type),
+                active.c.id,
+                batch.c.role,
+                batch.c.content,
+                batch.c.tool_name,
+                batch.c.tool_call_id,
+            )
+            .select_from(active.join(batch, true()))  # every row of the batch, into the topic
+            .order_by(batch.c.position),
+        )
+        .returning(Message.id, Message.topic_id, Message.created_at)
+        .cte("stored")
+    )
+    tool = len(messages) - counted
+    moved = (
+        update(Topic)
+        .where(Topic.id == active.c.id)
+        .values(
+            message_count=Topic.message_count + counted,
+            tool_message_count=Topic.tool_message_count + tool,
+            last_message_id=select(func.max(stored.c.id)).scalar_subquery(),
+        )
+        .returning(Topic.message_count)
+        .cte("moved")
+    )
+    count = select(moved.c.message_count).scalar_subquery()  # one row: the topic's new count
+    return select(
+        stored.c.id, stored.c.topic_id, stored.c.created_at, count.label("message_count")
+    ).order_by(stored.c.id)
