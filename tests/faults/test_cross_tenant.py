@@ -168,11 +168,17 @@ def api_routes(app: Any) -> list[Route]:
     return routes
 
 
-def _resolve(document: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+def _resolve(document: dict[str, Any], schema: Any) -> Any:
+    """`schema` with every $ref replaced by what it names (request bodies do not recurse;
+    a body of several forms, as POST …/messages, is a oneOf of references)."""
+    if isinstance(schema, list):
+        return [_resolve(document, item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
     if "$ref" in schema:
         name = schema["$ref"].rsplit("/", 1)[-1]
         return _resolve(document, document["components"]["schemas"][name])
-    return schema
+    return {key: _resolve(document, value) for key, value in schema.items()}
 
 
 def _minimal(schema: dict[str, Any], names: dict[str, list[str]], field_name: str = "") -> Any:
