@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, RootModel, model_validator
+from pydantic import ConfigDict, Discriminator, Field, RootModel, model_validator
 
 from shared.limits import MAX_BATCH_MESSAGES, MAX_MESSAGE_CHARS
 from web.schemas.common import Body, CamelModel, Input, OptionalBody, ScopeId, body_form
@@ -38,7 +38,12 @@ class MessageIn(Body):
         return self
 
 
-class MessageBatchIn(Body):
+class MessageBatchIn(CamelModel):
+    """Not an `Input`: each message checks its own fields for storable text, and checking
+    the whole list first as well was a third of a 500-message batch's CPU."""
+
+    model_config = ConfigDict(strict=True)
+
     messages: list[MessageIn] = Field(min_length=1, max_length=MAX_BATCH_MESSAGES)
 
 

@@ -100,8 +100,7 @@ def test_r26_batch_decision_crossing_two_multiples_of_10_enqueues_one_evaluation
         ({"role": "user", "content": "x" * (MAX_MESSAGE_CHARS + 1)}, "messages.2.content"),
         ({"role": "user", "content": "x", "toolName": "t"}, "messages.2"),
         ({"role": "user", "content": "x", "extra": 1}, "messages.2.extra"),
-        # shared/storable.py checks the whole list first; its message says where ([2]).
-        ({"role": "user", "content": "nul \u0000 byte"}, "messages"),
+        ({"role": "user", "content": "nul \u0000 byte"}, "messages.2.content"),
     ],
 )
 def test_one_bad_message_rejects_the_whole_batch_naming_it_and_writes_nothing(
