@@ -1,7 +1,9 @@
 """bench/http_throughput (P1): POST /messages against GET /healthz on the same server.
 
-The real server as a subprocess: gunicorn `web.app:create_app()` as the Procfile runs it
-(workers and threads are arguments), on the machine's PostgreSQL and Redis, with a
+The real server as a subprocess: the Procfile's `web` command (`--server procfile`, the
+default) or the [2.2] one it replaced (`--server gthread`: gunicorn --workers 2
+--threads 8), or both one after the other (`--server both`), on the machine's
+PostgreSQL and Redis, with a
 real Celery broker: every 10th message of a topic enqueues a heartbeat evaluation
 (R26), and no worker runs, so those jobs pile up in the broker's `llm` queue (counted
 at the end, to show the web enqueued for real). Clients are threads in this process,
@@ -13,7 +15,9 @@ Both the clients and the server run on this machine, so they share its CPUs: rea
 numbers as a ratio on one machine, not as the server's capacity.
 
     .venv/bin/python -m bench.http_throughput [--clients 32] [--requests 200]
-        [--workers 2] [--threads 8]
+        [--server procfile|gthread|both]
+
+bench/turn.py and bench/batch_import.py start their server with `web_server` below.
 
 The last line is machine-readable (`key=value` pairs).
 """
@@ -23,18 +27,22 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import re
+import shlex
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import redis
 
 from bench.common import (
     BIN,
     BenchEnv,
+    Subprocess,
     arguments,
     bench_env,
     machine,
@@ -188,71 +196,96 @@ def server_answers(port: int) -> bool:
         connection.close()
 
 
+# The servers a run can compare: the Procfile's `web` line as it is now, and the
+# threaded command it replaced in [2.3] (one stream or request per thread).
+PROCFILE = Path(__file__).resolve().parent.parent / "Procfile"
+SERVERS = ("procfile", "gthread")
+GTHREAD = "gunicorn --bind 0.0.0.0:${PORT:-8000} --workers 2 --threads 8 web.app:create_app()"
+
+
+def server_command(server: str, port: int) -> list[str]:
+    """The web command of `server`, bound to 127.0.0.1:port, its access log left out
+    (the same for both: a log line per request is the operator's choice, not the app's)."""
+    line = GTHREAD
+    if server == "procfile":
+        found = re.search(r"^web:\s*(.+)$", PROCFILE.read_text(), re.MULTILINE)
+        if found is None:
+            raise SystemExit(f"{PROCFILE} has no web: line")
+        line = found.group(1)
+    words = shlex.split(line.replace("${PORT:-8000}", str(port)))
+    words = [w.replace(f"0.0.0.0:{port}", f"127.0.0.1:{port}") for w in words]
+    if "--access-logfile" in words:
+        at = words.index("--access-logfile")
+        del words[at : at + 2]
+    return [str(BIN / words[0]), *words[1:]]
+
+
+@contextlib.contextmanager
+def web_server(env: BenchEnv, server: str) -> Iterator[tuple[int, Subprocess]]:
+    """`server`'s web command as a subprocess on a free port, once /healthz answers."""
+    port = free_port()
+    with subprocess_running(server_command(server, port), env.process_environment()) as process:
+        wait_until(lambda: server_answers(port), timeout_s=60, what="gunicorn", process=process)
+        yield port, process
+        process.check_alive("gunicorn")
+
+
+def servers(choice: str) -> list[str]:
+    return list(SERVERS) if choice == "both" else [choice]
+
+
 def main() -> None:
     parser = arguments(__doc__ or "")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--requests", type=int, default=200, help="per client and route")
     parser.add_argument("--warmup", type=int, default=20, help="per client and route")
-    parser.add_argument("--workers", type=int, default=2, help="gunicorn --workers")
-    parser.add_argument("--threads", type=int, default=8, help="gunicorn --threads")
+    parser.add_argument("--server", choices=[*SERVERS, "both"], default="procfile")
     args = parser.parse_args()
     host = machine()
     env = bench_env(args.admin_database_url)
-    sessions = make_sessions(env, args.clients)
-    port = free_port()
-    command = [
-        str(BIN / "gunicorn"), "--bind", f"127.0.0.1:{port}",
-        "--workers", str(args.workers), "--threads", str(args.threads),
-        "--access-logfile", "-", "web.app:create_app()",
-    ]  # fmt: skip
-    with subprocess_running(command, env.process_environment()) as server:
-        wait_until(lambda: server_answers(port), timeout_s=60, what="gunicorn", process=server)
-        health = run_phase(
-            "GET /healthz", port, [healthz] * args.clients,
-            per_client=args.requests, warmup=args.warmup,
-        )  # fmt: skip
-        messages = run_phase(
-            "POST /agents-api/sessions/{id}/messages", port,
-            [post_message(env.org_key, s) for s in sessions],
-            per_client=args.requests, warmup=args.warmup,
-        )  # fmt: skip
-        server.check_alive("gunicorn")
-    posted = args.clients * (args.requests + args.warmup)
+    print(
+        f"bench/http_throughput: {args.clients} keep-alive clients x {args.requests} requests"
+        f" (after {args.warmup} warm-up) per route; machine: {host} (clients and server share it)"
+    )
+    print(f"  {'server':<9} {'route':<42} {'req/s':>9} {'p50 ms':>9} {'p99 ms':>9} {'reconn':>7}")
+    results = []
+    for server in servers(args.server):
+        sessions = make_sessions(env, args.clients)
+        with web_server(env, server) as (port, _):
+            health = run_phase(
+                "GET /healthz", port, [healthz] * args.clients,
+                per_client=args.requests, warmup=args.warmup,
+            )  # fmt: skip
+            messages = run_phase(
+                "POST /agents-api/sessions/{id}/messages", port,
+                [post_message(env.org_key, s) for s in sessions],
+                per_client=args.requests, warmup=args.warmup,
+            )  # fmt: skip
+        for phase in (health, messages):
+            print(
+                f"  {server:<9} {phase.name:<42} {phase.rps:9.1f} {phase.p(0.5):9.2f}"
+                f" {phase.p(0.99):9.2f} {phase.reconnects:>7}"
+            )
+        ratio = messages.rps / health.rps
+        print(f"  {server:<9} {'ratio messages ÷ healthz (req/s)':<42} {ratio:9.3f}")
+        results.append((server, health, messages, ratio))
     waiting = redis.Redis.from_url(env.broker_url).llen(LLM_QUEUE)
-
-    print(
-        f"bench/http_throughput: gunicorn 'web.app:create_app()' --workers {args.workers}"
-        f" --threads {args.threads}; {args.clients} keep-alive clients x {args.requests}"
-        f" requests (after {args.warmup} warm-up) per route"
-    )
-    print(f"  machine: {host} (clients and server share it)")
-    print(f"  {'route':<42} {'req/s':>9} {'p50 ms':>9} {'p99 ms':>9} {'reconnects':>11}")
-    for phase in (health, messages):
-        print(
-            f"  {phase.name:<42} {phase.rps:9.1f} {phase.p(0.5):9.2f} {phase.p(0.99):9.2f}"
-            f" {phase.reconnects:>11}"
-        )
-    ratios = {
-        "rps": messages.rps / health.rps,
-        "p50": messages.p(0.5) / health.p(0.5),
-        "p99": messages.p(0.99) / health.p(0.99),
-    }
-    print(
-        f"  {'ratio messages ÷ healthz':<42} {ratios['rps']:9.3f} {ratios['p50']:9.2f}"
-        f" {ratios['p99']:9.2f}"
-    )
+    posted = len(results) * args.clients * (args.requests + args.warmup)
     print(
         f"  heartbeat jobs waiting in the broker's '{LLM_QUEUE}' queue (no worker runs):"
-        f" {waiting} for {posted} messages in {args.clients} topics"
+        f" {waiting} for {posted} messages"
     )
-    print(
-        f"http_throughput workers={args.workers} threads={args.threads} clients={args.clients}"
-        f" healthz_rps={health.rps:.1f} healthz_p50_ms={health.p(0.5):.2f}"
-        f" healthz_p99_ms={health.p(0.99):.2f} messages_rps={messages.rps:.1f}"
-        f" messages_p50_ms={messages.p(0.5):.2f} messages_p99_ms={messages.p(0.99):.2f}"
-        f" rps_ratio={ratios['rps']:.3f} p50_ratio={ratios['p50']:.2f}"
-        f" p99_ratio={ratios['p99']:.2f} broker_jobs={waiting}"
-    )
+    fields = [f"clients={args.clients}", f"broker_jobs={waiting}"]
+    for server, health, messages, ratio in results:
+        fields += [
+            f"{server}_healthz_rps={health.rps:.1f}",
+            f"{server}_healthz_p99_ms={health.p(0.99):.2f}",
+            f"{server}_messages_rps={messages.rps:.1f}",
+            f"{server}_messages_p50_ms={messages.p(0.5):.2f}",
+            f"{server}_messages_p99_ms={messages.p(0.99):.2f}",
+            f"{server}_rps_ratio={ratio:.3f}",
+        ]
+    print("http_throughput " + " ".join(fields))
 
 
 if __name__ == "__main__":
