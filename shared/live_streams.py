@@ -1,10 +1,11 @@
 """Admission and lifetime of live event streams (`GET …/events`).
 
-A stream holds a web thread for as long as it is open, so streams are admitted, not
-just served:
+An open stream holds one of the server's connections (under gevent, a greenlet) or, on
+a threaded server, one of its threads, so streams are admitted, not just served:
 
-- **Per process**: at most a fixed number of streams (the web passes half its server's
-  threads), so the API always has threads left. A process-local semaphore.
+- **Per process**: at most a fixed number of streams, so ordinary requests always find
+  room: the web passes three quarters of gunicorn's `--worker-connections` under gevent,
+  half its `--threads` on a threaded server. A process-local semaphore.
 - **Per org, across the fleet**: at most `DRIFTLESS_MAX_STREAMS_PER_ORG`. A sorted set
   `driftless:streams:{<org>}` holds the org's stream ids, scored by when their lease
   lapses (ms, Redis `TIME`: one clock for every host). One Lua script drops lapsed
@@ -118,10 +119,10 @@ class Slot:
     """An admitted stream's process slot and lease, given back exactly once."""
 
     def __init__(
-        self, *, leases: StreamLeases, threads: threading.BoundedSemaphore, org_id: uuid.UUID,
+        self, *, leases: StreamLeases, room: threading.BoundedSemaphore, org_id: uuid.UUID,
         stream_id: str,
     ) -> None:  # fmt: skip
-        self._leases, self._threads = leases, threads
+        self._leases, self._room = leases, room
         self._org_id, self._stream_id = org_id, stream_id
         self._lock = threading.Lock()
         self._released = False
@@ -138,17 +139,17 @@ class Slot:
         try:
             self._leases.release(org_id=self._org_id, stream_id=self._stream_id)
         finally:
-            self._threads.release()
+            self._room.release()
 
 
 class StreamGate:
-    """Admits a stream while this process has a thread to spare and its org is under its
+    """Admits a stream while this process has room for one more and its org is under its
     fleet-wide limit."""
 
     def __init__(self, *, leases: StreamLeases, per_process: int, per_org: int) -> None:
         self.per_process, self.per_org = per_process, per_org
         self._leases = leases
-        self._threads = threading.BoundedSemaphore(per_process)
+        self._room = threading.BoundedSemaphore(per_process)
 
     def admit(self, *, org_id: uuid.UUID) -> Slot | Refusal:
         """A slot for a new stream of the org, or why not; Redis errors propagate."""
@@ -158,11 +159,11 @@ class StreamGate:
         if stream_id is None:
             message = f"this organization already has {self.per_org} open event streams"
             return Refusal("too_many_streams", message, ORG_RETRY_AFTER_S)
-        if not self._threads.acquire(blocking=False):
+        if not self._room.acquire(blocking=False):
             self._leases.release(org_id=org_id, stream_id=stream_id)
             message = "this server has no room for another event stream; retry shortly"
             return Refusal("streams_busy", message, PROCESS_RETRY_AFTER_S)
-        return Slot(leases=self._leases, threads=self._threads, org_id=org_id, stream_id=stream_id)
+        return Slot(leases=self._leases, room=self._room, org_id=org_id, stream_id=stream_id)
 
 
 @dataclass

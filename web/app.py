@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 from flask import jsonify
@@ -40,6 +41,21 @@ log = logging.getLogger(__name__)
 BEARER_SCHEME: dict[str, Any] = {"bearer": {"type": "http", "scheme": "bearer"}}
 
 
+def _cooperative_database() -> None:
+    """Under gevent (the Procfile's `--worker-class gevent`), psycopg2 waits for
+    PostgreSQL by yielding to the other greenlets instead of blocking the process.
+
+    gunicorn's worker monkey-patches the standard library before it loads the app, so
+    this runs after the patching and before the engine's first connection.
+    """
+    monkey = sys.modules.get("gevent.monkey")
+    if monkey is not None and monkey.is_module_patched("socket"):
+        from psycogreen.gevent import patch_psycopg
+
+        patch_psycopg()
+        log.info("gevent: psycopg2 waits cooperatively")
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -54,6 +70,7 @@ def create_app(
     if settings is None:  # a real process (gunicorn "web.app:create_app()"): its logging
         settings = load_settings_or_exit()
         configure_logging(settings.log_format)
+    _cooperative_database()
     app = OpenAPI(
         __name__,
         info=Info(title="driftless", version="0.1.0"),

@@ -1,9 +1,13 @@
 """Live updates for the console: Server-Sent Events fed by the workers through Redis.
 
-A stream holds one of the server's threads while it is open, so it is admitted first
-(shared/live_streams.py): at most half this process's threads, at most
-`DRIFTLESS_MAX_STREAMS_PER_ORG` per org across the fleet; beyond either, 429 with a
-Retry-After. The server ends a stream that stayed idle or grew too old.
+Under gunicorn's gevent worker (the Procfile) an open stream costs a greenlet and a
+connection slot, not a thread, and the streams of a process share one Redis
+subscription (shared/live.py `LiveHub`). A stream is still admitted first
+(shared/live_streams.py): at most three quarters of this process's
+`--worker-connections` (half its threads on a threaded server), so ordinary requests
+always find room, and at most `DRIFTLESS_MAX_STREAMS_PER_ORG` per org across the fleet;
+beyond either, 429 with a Retry-After. The server ends a stream that stayed idle or
+grew too old.
 """
 
 from __future__ import annotations
@@ -16,13 +20,14 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
-import redis
 from flask import Response, current_app, stream_with_context
 
 from shared.bootstrap import Runtime
 from shared.evaluations.requests import request_evaluation
-from shared.live import channel
+from shared.live import Listener, LiveHub
 from shared.live_streams import Refusal, Slot, StreamGate, StreamLeases, StreamTimer
 from shared.sessions.service import load_session
 from web.auth import current_org
@@ -37,42 +42,66 @@ bp = api_blueprint("live", "live")
 # A ping this often renews the stream's lease and notices a client that went away (the
 # next write fails).
 PING_S = 5.0
-# Threads of a server whose count we cannot read: the Procfile's 8.
+# Threads of a server whose count we cannot read: the old Procfile's 8.
 FALLBACK_THREADS = 8
-_GATE = "driftless.streams"
-_gate_lock = threading.Lock()
+# Under gevent, the share of gunicorn's --worker-connections that streams may hold; the
+# rest serves the API (1,000 connections: 750 streams, 250 for requests, far more
+# requests than one process's core can run at once).
+STREAM_SHARE = 0.75
+_STREAMS = "driftless.streams"
+_streams_lock = threading.Lock()
 
 
-def _server_threads() -> int | None:
-    """gunicorn's `--threads` in this worker process, or None under another server.
+@dataclass(frozen=True)
+class _Streams:
+    """This process's admission gate and its one Redis subscription."""
+
+    gate: StreamGate
+    hub: LiveHub
+
+
+def _stream_room() -> tuple[int, str]:
+    """How many streams this worker process may hold, and why (for the log).
 
     gunicorn hands the app no configuration; its worker object (the one its server
     hooks receive) lives in this process and holds it. `type()`, not isinstance(): a
     werkzeug proxy answers isinstance() slowly, by looking for its request.
     """
     base = sys.modules.get("gunicorn.workers.base")
-    if base is None:
-        return None
-    for candidate in gc.get_objects():
-        if issubclass(type(candidate), base.Worker):
-            return int(candidate.cfg.threads)
-    return None
+    if base is not None:
+        for candidate in gc.get_objects():
+            if issubclass(type(candidate), base.Worker):
+                return _room_of(candidate)
+    threads = FALLBACK_THREADS
+    return max(1, threads // 2), f"{threads} threads assumed"
 
 
-def _gate(rt: Runtime) -> StreamGate:
-    """This app's gate, made on its first stream (in gunicorn's worker, after the fork)."""
-    with _gate_lock:
-        gate: StreamGate | None = current_app.extensions.get(_GATE)
-        if gate is None:
-            threads = _server_threads() or FALLBACK_THREADS
+def _room_of(worker: Any) -> tuple[int, str]:
+    cfg = worker.cfg
+    asynchronous = sys.modules.get("gunicorn.workers.base_async")
+    if asynchronous is not None and isinstance(worker, asynchronous.AsyncWorker):
+        connections = int(cfg.worker_connections)
+        return max(1, int(connections * STREAM_SHARE)), f"{connections} worker connections"
+    threads = int(cfg.threads)
+    return max(1, threads // 2), f"{threads} threads"
+
+
+def _streams(rt: Runtime) -> _Streams:
+    """This app's gate and hub, made on its first stream (in gunicorn's worker, after
+    the fork)."""
+    with _streams_lock:
+        streams: _Streams | None = current_app.extensions.get(_STREAMS)
+        if streams is None:
+            room, why = _stream_room()
             gate = StreamGate(
                 leases=StreamLeases(rt.redis),
-                per_process=max(1, threads // 2),
+                per_process=room,
                 per_org=rt.settings.max_streams_per_org,
             )
-            current_app.extensions[_GATE] = gate
-            log.info("live streams: at most %d per process (%d threads)", gate.per_process, threads)
-    return gate
+            streams = _Streams(gate, LiveHub(rt.endpoints.redis_url))
+            current_app.extensions[_STREAMS] = streams
+            log.info("live streams: at most %d per process (%s)", room, why)
+    return streams
 
 
 def _disconnected(rt: Runtime, org_id: uuid.UUID, session_id: uuid.UUID) -> None:
@@ -103,28 +132,35 @@ def events(path: SessionPath) -> Response:
     with unit_of_work() as uow:
         session = load_session(uow=uow, org_id=org_id, session_id=path.sid)
     rt = runtime()
-    admitted = _gate(rt).admit(org_id=org_id)
+    streams = _streams(rt)
+    admitted = streams.gate.admit(org_id=org_id)
     if isinstance(admitted, Refusal):
         return _refused(admitted)
-    body = stream_with_context(_stream(rt, org_id, session.id, admitted))
+    try:
+        # Subscribed before `ready`: an event published after it reaches the client.
+        listener = streams.hub.listen(session.id)
+    except BaseException:
+        admitted.release()
+        raise
+    body = stream_with_context(_stream(rt, org_id, session.id, admitted, listener))
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     response = Response(body, mimetype="text/event-stream", headers=headers)
     # Also when the body never started (the generator's finally would not run).
+    response.call_on_close(listener.close)
     response.call_on_close(admitted.release)
     return response
 
 
-def _stream(rt: Runtime, org_id: uuid.UUID, session_id: uuid.UUID, slot: Slot) -> Iterator[str]:
+def _stream(
+    rt: Runtime, org_id: uuid.UUID, session_id: uuid.UUID, slot: Slot, listener: Listener
+) -> Iterator[str]:
     settings = rt.settings
     timer = StreamTimer.start(
         time.monotonic(), idle_s=settings.stream_idle_s, max_s=settings.stream_max_s
     )
-    # A connection of its own without a read timeout: it waits for events by design.
-    listener = redis.Redis.from_url(rt.endpoints.redis_url)
-    pubsub = listener.pubsub(ignore_subscribe_messages=True)
-    ended: str | None = None  # why the server ended it; None: the client went away
+    ended: str | None = None  # why the server ended it
+    gone = False  # the client went away: the server closed the body at a failed write
     try:
-        pubsub.subscribe(channel(session_id))
         yield "event: ready\ndata: {}\n\n"
         next_ping = time.monotonic() + PING_S
         while True:
@@ -139,17 +175,19 @@ def _stream(rt: Runtime, org_id: uuid.UUID, session_id: uuid.UUID, slot: Slot) -
                 yield ": ping\n\n"
                 next_ping = time.monotonic() + PING_S
                 continue
-            message = pubsub.get_message(timeout=min(next_ping, timer.deadline()) - now)
-            if message is None:  # a timeout, or a subscription notice it skipped
+            data = listener.next(timeout=min(next_ping, timer.deadline()) - now)
+            if data is None:  # a timeout
                 continue
             timer.event(time.monotonic())
-            data = message["data"]
-            text = data.decode() if isinstance(data, bytes) else str(data)
-            yield f"event: session\ndata: {text}\n\n"
+            yield f"event: session\ndata: {data}\n\n"
         yield f"event: end\ndata: {json.dumps({'reason': ended})}\n\n"
+    except GeneratorExit:
+        gone = ended is None
+        raise
     finally:
-        pubsub.close()
         listener.close()
         slot.release()
-        if ended is None:
+        # Only a client that left is the exit trigger: a server that stops (its worker's
+        # greenlets killed at shutdown) or an error is not the user leaving the session.
+        if gone:
             _disconnected(rt, org_id, session_id)
