@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import ConnectionPoolEntry
 
 # Waiting longer than this for a pooled connection is an error naming the pool, not a
 # request or task that hangs: the pool is too small for the process's concurrency.
 POOL_TIMEOUT_S = 10.0
 # Connections are replaced after this long, so a PgBouncer or PostgreSQL failover or
-# rebalance is picked up gradually; dead ones are caught sooner by pool_pre_ping.
+# rebalance is picked up gradually; dead ones are caught sooner by the idle ping below.
 POOL_RECYCLE_S = 1800
+# A connection handed back to the pool less than this long ago is taken as alive: it
+# just answered. One idle for longer is pinged (SELECT 1) before it is handed out.
+PING_IDLE_S = 1.0
 
 
 def sqlalchemy_url(database_url: str) -> str:
@@ -32,18 +40,45 @@ def make_engine(
 
     Connections open on demand: a process never holds more than it ever used at once.
     """
-    # pool_pre_ping: a web or worker process outlives PostgreSQL restarts and failovers.
     # Safe behind PgBouncer in transaction mode: psycopg2 binds parameters client-side
     # (no server-side prepared statements) and the code uses no session state.
-    return create_engine(
+    engine = create_engine(
         sqlalchemy_url(database_url),
         pool_size=pool_size,
         max_overflow=max_overflow,
         pool_timeout=pool_timeout,
         pool_recycle=POOL_RECYCLE_S,
-        pool_pre_ping=True,
         future=True,
     )
+    ping_idle_connections(engine)
+    return engine
+
+
+def ping_idle_connections(engine: Engine) -> None:
+    """Ping a pooled connection before use only when it sat idle (SQLAlchemy's
+    "pessimistic" disconnect handling, with a custom checkout event).
+
+    A web or worker process outlives PostgreSQL restarts and failovers, so a connection
+    that waited in the pool may be dead. `pool_pre_ping` pings on every checkout: a
+    round trip on every request, most of it for a connection that answered a
+    millisecond ago. A connection that dies while in steady use fails its request (503),
+    and SQLAlchemy then replaces every connection of the pool older than the failure.
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _stamp(dbapi_connection: Any, entry: ConnectionPoolEntry) -> None:
+        entry.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping_if_idle(dbapi_connection: Any, entry: ConnectionPoolEntry, _proxy: Any) -> None:
+        idle_since = entry.info.get("idle_since")
+        if idle_since is None or time.monotonic() - idle_since < PING_IDLE_S:
+            return  # just opened, or just answered
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except engine.dialect.loaded_dbapi.Error as exc:
+            # The pool throws this connection away and checks out another (or a new one).
+            raise DisconnectionError(f"a pooled connection was dead: {exc}") from exc
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:

@@ -2,7 +2,7 @@
 
 While it is down every request that needs it answers 503 with the contract's error
 shape (never a 500, never a hang) and /readyz says which dependency is missing; once
-it is back on the same port the same processes serve again (pool_pre_ping replaces
+it is back on the same port the same processes serve again (the idle ping replaces
 the dead connections) and the worker finishes the summary it was writing when the
 database went away (its task retries; the reconciler would re-enqueue it anyway).
 """

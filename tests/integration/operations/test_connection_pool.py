@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from freezegun import freeze_time
 from sqlalchemy import select, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -13,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from shared.auth.models import Org
 from shared.auth.service import create_api_key
 from shared.config import Settings
-from shared.db.engine import bound_transactions, make_engine, make_session_factory
+from shared.db.engine import PING_IDLE_S, bound_transactions, make_engine, make_session_factory
 from shared.db.uow import UnitOfWork
 from shared.queue import RecordingQueue
 
@@ -65,3 +67,51 @@ def test_a_bounded_transaction_gives_up_on_a_held_row_lock_and_a_runaway_stateme
             assert connection.execute(text("SELECT 1")).scalar() == 1
     finally:
         bounded.dispose()
+
+
+# --- dead pooled connections (shared/db/engine.py ping_idle_connections) -----------------
+
+
+def _backend_pid(engine: Any) -> int:
+    with engine.connect() as connection:
+        pid: int = connection.scalar(text("SELECT pg_backend_pid()"))
+        return pid
+
+
+def _terminate(database_url: str, pid: int) -> None:
+    killer = make_engine(database_url, pool_size=1, max_overflow=0)
+    try:
+        with killer.connect() as connection:
+            assert connection.scalar(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    finally:
+        killer.dispose()
+
+
+def test_a_pooled_connection_that_died_while_idle_is_replaced_unseen(database_url: str) -> None:
+    """What pool_pre_ping did, kept: after a restart or an idle cut, requests just work."""
+    engine = make_engine(database_url, pool_size=1, max_overflow=0)
+    try:
+        dead = _backend_pid(engine)
+        _terminate(database_url, dead)
+        with freeze_time(datetime.now(UTC)) as clock:
+            clock.tick(PING_IDLE_S + 1)  # it sat in the pool: it is pinged, found dead
+            assert _backend_pid(engine) != dead  # no error reached the caller
+    finally:
+        engine.dispose()
+
+
+def test_a_connection_back_from_a_request_just_now_is_not_pinged_again(
+    database_url: str,
+) -> None:
+    """The trade: a connection that answered under a second ago is trusted (no round
+    trip per request). Killed in that second, it fails one caller, and the pool heals."""
+    engine = make_engine(database_url, pool_size=1, max_overflow=0)
+    try:
+        with freeze_time(datetime.now(UTC)):  # no time passes between the two checkouts
+            dead = _backend_pid(engine)
+            _terminate(database_url, dead)
+            with pytest.raises(OperationalError):
+                _backend_pid(engine)  # not pinged: the dead connection is used, and fails
+            assert _backend_pid(engine) != dead  # SQLAlchemy replaced it
+    finally:
+        engine.dispose()
