@@ -62,7 +62,7 @@ def seed(env: BenchEnv, topics: int) -> list[tuple[uuid.UUID, int]]:
                 uow=uow, org_id=org_id, session_id=view.session.id, role="user",
                 content=f"We decided to ship release {i} on Friday.",
             )  # fmt: skip
-            result.append((posted.topic.id, posted.message.id))
+            result.append((posted.topic_id, posted.message.id))
         uow.commit()
     return result
 

@@ -8,6 +8,7 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import Connection, text
 
+from shared.config import Settings
 from tests.helpers import new_session
 
 TABLES = ("sessions", "topics", "messages", "agents")
@@ -120,11 +121,12 @@ def test_oversized_bodies_are_413(
     auth: dict[str, str],
     connection: Connection,
     session_id: str,
+    settings: Settings,
     method: str,
     path: str,
 ) -> None:
     before = _row_counts(connection)
-    huge = {"role": "user", "content": "x" * (300 * 1024)}
+    huge = {"role": "user", "content": "x" * settings.max_body_bytes}  # over with its JSON
     response = client.open(path.format(sid=session_id), method=method, json=huge, headers=auth)
     assert response.status_code == 413
     assert response.json["error"]["code"] == "too_large"  # type: ignore[index]
