@@ -1,5 +1,7 @@
 """bench/worker_pool (P4): summaries per second of an `llm` worker against an LLM that
 takes 1 s a call, for several pool configurations, against the ideal concurrency ÷ latency.
+The default configurations put the old worker (threads, 16) beside the Procfile's
+(gevent) at 128 and 256 greenlets, in one run.
 
 For each configuration: N = rounds x concurrency closed topics are prepared (a session,
 six messages, the topic closed by opening the next one; their SUMMARIZE_TOPIC jobs are
@@ -10,10 +12,13 @@ last summary written (the audit rows' finish time, after polling
 topics.summarized_through_id until every topic has one). The LLM is the tests'
 OpenAI-compatible server (tests/llm_server.py) in this process, answering a valid
 summary after `--latency` seconds, reached through the real `openai` client
-(DRIFTLESS_LLM=openai). The memory column is the PSS of the worker's process tree
-after the run (shared pages split among the processes that share them).
+(DRIFTLESS_LLM=openai). The worker sizes its own database pool (worker/context.py), as
+in production. The memory columns are the RSS and the PSS (shared pages split among the
+processes that share them) of the worker's process tree after the run; the CPU column
+is the worker's CPU time (user + system) per summary over the timed part: the cost that
+bounds a large pool's rate on a busy host.
 
-    .venv/bin/python -m bench.worker_pool [--configs threads:16 prefork ...] [--rounds 4]
+    .venv/bin/python -m bench.worker_pool [--configs threads:16 gevent:128 ...] [--rounds 4]
 
 A configuration is `<pool>[:<concurrency>[:<prefetch multiplier>]]`; the default
 concurrency is the CPU count, as Celery's, and the default prefetch multiplier the
@@ -97,11 +102,18 @@ class Result:
     elapsed_s: float
     llm_calls: int
     latency_s: float
-    memory_mib: float  # PSS of the worker and its pool processes, after the run
+    cpu_s: float  # CPU time (user + system) of the worker and its pool processes, timed part
+    rss_mib: float  # resident memory of the worker and its pool processes, after the run
+    memory_mib: float  # their PSS
 
     @property
     def rate(self) -> float:
         return self.topics / self.elapsed_s
+
+    @property
+    def cpu_ms(self) -> float:
+        """CPU per summary, ms: what bounds the rate once the pool is large enough."""
+        return 1000 * self.cpu_s / self.topics
 
     @property
     def ideal(self) -> float:
@@ -111,16 +123,25 @@ class Result:
 def closed_topics(env: BenchEnv, count: int) -> list[Job]:
     """`count` topics closed with six messages each; their summary jobs, not yet sent."""
     org_id = env.org_id()
-    with UnitOfWork(env.session_factory, RecordingQueue()) as uow:
-        for i in range(count):
-            view = create_session(uow=uow, org_id=org_id, agent_id="bench", user_id=f"u{i}")
+    queue = RecordingQueue()
+    with UnitOfWork(env.session_factory, queue) as uow:
+        sessions = [
+            create_session(uow=uow, org_id=org_id, agent_id="bench", user_id=f"u{i}").session.id
+            for i in range(count)
+        ]
+        for session_id in sessions:
             for role, content in TURNS:
                 post_message(
-                    uow=uow, org_id=org_id, session_id=view.session.id, role=role, content=content
+                    uow=uow, org_id=org_id, session_id=session_id, role=role, content=content
                 )
-            open_topic(uow=uow, org_id=org_id, session_id=view.session.id, title=None)
         uow.commit()
-    jobs = [job for job in uow.sent if job.task == SUMMARIZE_TOPIC]
+    # Closed in a transaction of their own, as a client's next request would: the topic
+    # rows the posts updated are then read afresh.
+    with UnitOfWork(env.session_factory, queue) as uow:
+        for session_id in sessions:
+            open_topic(uow=uow, org_id=org_id, session_id=session_id, title=None)
+        uow.commit()
+    jobs = [job for job in queue.sent if job.task == SUMMARIZE_TOPIC]
     assert len(jobs) == count
     return jobs
 
@@ -144,11 +165,20 @@ def last_finish(env: BenchEnv, topic_ids: list[uuid.UUID]) -> dt.datetime:
     return finished
 
 
-def memory_of(pid: int) -> float:
-    """Proportional set size (shared pages split among sharers) of a process tree, MiB."""
+def memory_of(pid: int) -> tuple[float, float]:
+    """Resident set size and proportional set size (shared pages split among sharers) of
+    a process tree, MiB."""
     root = psutil.Process(pid)
     processes = [root, *root.children(recursive=True)]
-    return sum(p.memory_full_info().pss for p in processes) / 2**20
+    infos = [p.memory_full_info() for p in processes]
+    return sum(i.rss for i in infos) / 2**20, sum(i.pss for i in infos) / 2**20
+
+
+def cpu_of(pid: int) -> float:
+    """User + system CPU seconds of a process tree so far."""
+    root = psutil.Process(pid)
+    times = [p.cpu_times() for p in [root, *root.children(recursive=True)]]
+    return sum(t.user + t.system for t in times)
 
 
 def worker_answers(app: Celery, name: str) -> bool:
@@ -172,7 +202,6 @@ def run(
         DRIFTLESS_LLM="openai",
         OPENAI_BASE_URL=fake.base_url,
         OPENAI_API_KEY="x",
-        DRIFTLESS_DB_POOL_SIZE=str(max(5, config.concurrency)),
     )
     with subprocess_running(command, environment) as worker:
         wait_until(lambda: worker_answers(app, name), timeout_s=60, what=name, process=worker)
@@ -183,13 +212,16 @@ def run(
             env, queue, warmup, worker, what=f"{config.label}: warm-up", per_job_s=latency_s
         )
         calls_before = fake.calls
+        cpu_before = cpu_of(worker.process.pid)
         started = dt.datetime.now(dt.UTC)
         send_and_wait(
             env, queue, jobs, worker, what=f"{config.label}: summaries", per_job_s=latency_s
         )
-        memory_mib = memory_of(worker.process.pid)
+        cpu_s = cpu_of(worker.process.pid) - cpu_before
+        rss_mib, pss_mib = memory_of(worker.process.pid)
     elapsed = (last_finish(env, topic_ids) - started).total_seconds()
-    return Result(config, len(jobs), elapsed, fake.calls - calls_before, latency_s, memory_mib)
+    calls = fake.calls - calls_before
+    return Result(config, len(jobs), elapsed, calls, latency_s, cpu_s, rss_mib, pss_mib)
 
 
 def send_and_wait(
@@ -218,7 +250,7 @@ def main() -> None:
     parser.add_argument(
         "--configs",
         nargs="+",
-        default=["threads:8", "threads:16", "threads:32", "prefork", "prefork:16"],
+        default=["threads:16", "gevent:128", "gevent:256"],
         help="<pool>[:<concurrency>[:<prefetch multiplier>]] (concurrency: the CPU count)",
     )
     parser.add_argument("--rounds", type=int, default=4, help="summaries per pool slot")
@@ -230,7 +262,9 @@ def main() -> None:
         Settings(database_url=env.database_url, redis_url=env.redis_url, broker_url=env.broker_url)
     )
     results = []
-    with FakeOpenAI() as fake:
+    # Keep-alive, as a real provider: a new connection per call would cost the worker a
+    # connect (and a resolver round trip) that production does not pay.
+    with FakeOpenAI(keep_alive=True) as fake:
         fake.slow(args.latency, SUMMARY_ANSWER)
         for text in args.configs:
             config = Config.parse(text)
@@ -245,16 +279,18 @@ def main() -> None:
     header = (
         f"{'worker options':<62}{'topics':>7}{'time s':>8}{'summ/s':>8}{'ideal':>8}{'effic.':>8}"
     )
-    print(f"  {header}{'LLM calls':>10}{'PSS MiB':>9}")
+    print(f"  {header}{'LLM calls':>10}{'CPU ms':>8}{'RSS MiB':>9}{'PSS MiB':>9}")
     for r in results:
         print(
             f"  {r.config.label:<62}{r.topics:>7}{r.elapsed_s:>8.2f}{r.rate:>8.2f}{r.ideal:>8.2f}"
-            f"{r.rate / r.ideal:>8.0%}{r.llm_calls:>10}{r.memory_mib:>9.0f}"
+            f"{r.rate / r.ideal:>8.0%}{r.llm_calls:>10}{r.cpu_ms:>8.1f}{r.rss_mib:>9.0f}"
+            f"{r.memory_mib:>9.0f}"
         )
     print(
         "worker_pool "
         + " ".join(
             f"{r.config.key}_per_s={r.rate:.2f} {r.config.key}_efficiency={r.rate / r.ideal:.3f}"
+            f" {r.config.key}_cpu_ms={r.cpu_ms:.1f} {r.config.key}_rss_mib={r.rss_mib:.0f}"
             f" {r.config.key}_pss_mib={r.memory_mib:.0f}"
             for r in results
         )

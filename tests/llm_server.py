@@ -35,15 +35,21 @@ class Reply:
 
 
 class _Server(ThreadingHTTPServer):
-    # The default listen backlog (5) drops connections when dozens of worker threads call
-    # at once (bench/worker_pool.py); a dropped SYN costs the caller a 1 s retransmit.
-    request_queue_size = 128
+    # The default listen backlog (5) drops connections when hundreds of a gevent worker's
+    # tasks call at once (bench/worker_pool.py); a dropped SYN costs the caller a 1 s
+    # retransmit. Each request gets a thread of its own, so 256 can wait out a delay at once.
+    request_queue_size = 1024
 
 
 class FakeOpenAI:
-    """An OpenAI-compatible server on 127.0.0.1, in a daemon thread."""
+    """An OpenAI-compatible server on 127.0.0.1, in a daemon thread.
 
-    def __init__(self) -> None:
+    `keep_alive`: answer in HTTP/1.1 and keep each connection for the client's next call,
+    as real providers do (a benchmark); by default every call has a connection of its own.
+    """
+
+    def __init__(self, *, keep_alive: bool = False) -> None:
+        self.keep_alive = keep_alive
         self._lock = threading.Lock()
         self._default = Reply()
         self._queue: deque[Reply] = deque()
@@ -232,6 +238,10 @@ def _error(status: int) -> dict[str, Any]:
 
 def _handler_for(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1" if fake.keep_alive else "HTTP/1.0"
+        # On a kept connection, Nagle would hold the body back behind the headers' ACK.
+        disable_nagle_algorithm = fake.keep_alive
+
         def log_message(self, format: str, *args: Any) -> None:
             pass  # keep test output clean
 

@@ -47,9 +47,9 @@ def make_celery(settings: Settings, *, endpoints: Endpoints | None = None) -> Ce
         # jobs would wait behind it while other workers sit idle.
         worker_prefetch_multiplier=1,
         # A job unacked for longer than this is redelivered by Redis. It must exceed the
-        # longest task (the hard time limit under prefork; under the threads pool, which
-        # enforces none, the LLM call's own bound: longest_llm_call_s), or a slow call
-        # would run twice in parallel.
+        # longest task (the hard time limit under prefork and gevent, the Procfile's pool;
+        # under the threads pool, which enforces none, the LLM call's own bound:
+        # longest_llm_call_s), or a slow call would run twice in parallel.
         broker_transport_options={"visibility_timeout": LLM_TASK_TIME_LIMIT_S * 4},
         task_time_limit=LLM_TASK_TIME_LIMIT_S,
         task_soft_time_limit=LLM_TASK_SOFT_TIME_LIMIT_S,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import math
 from typing import Any
 
 from celery import Celery
@@ -13,8 +15,15 @@ from shared.db.uow import UnitOfWork
 from shared.queue import CeleryJobQueue
 from shared.runtime import Endpoints
 
+log = logging.getLogger(__name__)
+
 # Pools whose tasks run side by side in one process, sharing its engine.
 THREADED_POOLS = frozenset({"threads", "gevent", "eventlet"})
+# ...of which these run them as greenlets: hundreds per process, one OS thread.
+GREEN_POOLS = frozenset({"gevent", "eventlet"})
+# A task holds a connection only for its transactions (milliseconds), never across the
+# LLM call (seconds), so one connection serves many greenlets: 256 of them get 16.
+GREENLETS_PER_CONNECTION = 16
 # A worker transaction waits this long for a row lock, and runs a statement this long,
 # before it fails (and its task retries). Writers hold locks for milliseconds. The
 # threads pool enforces no Celery time limit: without these, a task blocked on a row
@@ -35,17 +44,41 @@ def worker_runtime(app: Celery, settings: Settings, endpoints: Endpoints) -> Run
     )
 
 
-def size_for_worker(runtime: Runtime, *, pool: str, concurrency: int) -> None:
-    """Give the engine a connection per task that may hold one at once (before it is made).
+def size_for_worker(
+    runtime: Runtime, *, pool: str, concurrency: int, time_limit_s: float | None = None
+) -> None:
+    """Size the engine for the tasks that share it (before it is made).
 
     Each task holds at most one connection at a time (its unit of work; never during the
-    LLM call), so a threads pool of N needs N: fewer would make tasks queue for a
-    connection and, past pool_timeout, fail. A prefork child or a solo worker runs one
-    task at a time.
+    LLM call). A threads pool of N gets N: fewer would make tasks queue for a connection
+    and, past pool_timeout, fail, and threads are few. A green pool runs hundreds of
+    tasks that each hold a connection for milliseconds: it gets one connection per
+    GREENLETS_PER_CONNECTION, and a task waits for one as long as it may run at all
+    (`time_limit_s`, the hard time limit that frees its slot anyway) instead of failing.
+    A prefork child or a solo worker runs one task at a time.
     """
-    if pool in THREADED_POOLS:
+    if pool in GREEN_POOLS:
+        runtime.tasks_per_process = concurrency
+        needed = math.ceil(concurrency / GREENLETS_PER_CONNECTION)
+        runtime.pool_size = max(runtime.settings.db_pool_size, needed)
+        if time_limit_s:
+            runtime.pool_timeout = max(runtime.pool_timeout, float(time_limit_s))
+    elif pool in THREADED_POOLS:
         runtime.tasks_per_process = concurrency
         runtime.pool_size = max(runtime.settings.db_pool_size, concurrency)
+
+
+def make_psycopg_green() -> None:
+    """Let a query's wait yield to the other greenlets (psycogreen), before any connection.
+
+    gevent's monkey-patching (celery's `-P gevent` does it before the app is imported)
+    covers Python's sockets, but psycopg2 waits on PostgreSQL in C: unpatched, one slow
+    query would stop every task of the process.
+    """
+    from psycogreen.gevent import patch_psycopg
+
+    patch_psycopg()
+    log.info("gevent pool: psycopg2 waits yield to other greenlets (psycogreen)")
 
 
 def pool_name(pool_cls: Any) -> str:
@@ -58,11 +91,18 @@ def pool_name(pool_cls: Any) -> str:
 
 @worker_init.connect
 def size_engine_for_worker(sender: Any = None, **_: Any) -> None:
-    """Size the engine from the worker's pool and concurrency, before any task runs."""
-    runtime = getattr(getattr(sender, "app", None), "driftless", None)
+    """Size the engine from the worker's pool and concurrency, before any task runs; under
+    gevent, make psycopg2 green first."""
+    app = getattr(sender, "app", None)
+    runtime = getattr(app, "driftless", None)
     concurrency = getattr(sender, "concurrency", None)
-    if isinstance(runtime, Runtime) and isinstance(concurrency, int):
-        size_for_worker(runtime, pool=pool_name(sender.pool_cls), concurrency=concurrency)
+    if not isinstance(runtime, Runtime) or not isinstance(concurrency, int):
+        return
+    pool = pool_name(sender.pool_cls)
+    if pool == "gevent":
+        make_psycopg_green()
+    time_limit = getattr(getattr(app, "conf", None), "task_time_limit", None)
+    size_for_worker(runtime, pool=pool, concurrency=concurrency, time_limit_s=time_limit)
 
 
 def context_of(app: Celery) -> Runtime:

@@ -17,8 +17,11 @@ from shared.llm.ratelimit import (
 )
 
 
-def make_llm(settings: Settings, *, redis_client: redis.Redis | None = None) -> LLM:
+def make_llm(settings: Settings, *, redis_client: redis.Redis | None = None, calls: int = 1) -> LLM:
     """The OpenAI-compatible provider when settings ask for it, else the offline one.
+
+    `calls`: how many calls the process may have in flight at once (a worker's pool
+    concurrency); the HTTP client keeps that many connections open.
 
     With `DRIFTLESS_LLM_RPM`/`_TPM` set and a Redis client given, the provider's calls
     go through the fleet-wide rate limit. The `local` provider costs nothing and is
@@ -35,6 +38,7 @@ def make_llm(settings: Settings, *, redis_client: redis.Redis | None = None) -> 
         timeout_s=settings.llm_timeout_s,
         # Under the limit every attempt must take from the bucket, so the wrapper retries.
         max_retries=0 if limited else settings.llm_max_retries,
+        max_connections=calls,
     )
     if redis_client is None or not limits.enabled:
         return provider
@@ -45,6 +49,7 @@ def make_llm(settings: Settings, *, redis_client: redis.Redis | None = None) -> 
 
 def longest_llm_call_s(settings: Settings) -> float:
     """How long one LLM call can take, by its own bounds: every attempt may wait out the
-    rate limit and then its full timeout. The threads pool enforces no Celery time limit,
-    so this (not task_time_limit) is what a stopping llm worker must wait for."""
+    rate limit and then its full timeout. The threads pool enforces no Celery time limit
+    (prefork and gevent do), so there this (not task_time_limit) is what a stopping llm
+    worker must wait for."""
     return (settings.llm_max_retries + 1) * (settings.llm_timeout_s + DEFAULT_MAX_WAIT_S)

@@ -8,10 +8,13 @@ backoff; what still fails after that becomes one `LLMError`.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import math
 import time
 from types import TracebackType
 
+import httpx2
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
@@ -45,6 +48,25 @@ def _reason(exc: Exception, *, timeout_s: float, max_retries: int) -> str:
     return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 1] + "…"
 
 
+# The openai client's own connection limits; `connection_limits` only ever raises them.
+CLIENT_MAX_CONNECTIONS = 1000
+CLIENT_MAX_KEEPALIVE = 100
+# httpcore probes the socket of every idle connection in a client's pool at each request
+# and each response: one client for 128 calls in flight spent a tenth of a gevent
+# worker's CPU there (py-spy). Calls take turns over clients of about this many each.
+CALLS_PER_CLIENT = 16
+
+
+def connection_limits(calls: int) -> httpx2.Limits:
+    """The client's default limits, raised so that `calls` calls in flight each keep
+    their connection: past 100 the default would close every extra connection after its
+    call and open (and TLS-handshake) a new one for the next, CPU a busy worker lacks."""
+    return httpx2.Limits(
+        max_connections=max(calls, CLIENT_MAX_CONNECTIONS),
+        max_keepalive_connections=max(calls, CLIENT_MAX_KEEPALIVE),
+    )
+
+
 class OpenAIProvider:
     """The `LLM` protocol over an OpenAI-compatible chat-completions endpoint."""
 
@@ -56,16 +78,27 @@ class OpenAIProvider:
         model: str,
         timeout_s: float,
         max_retries: int,
+        max_connections: int = 1,
     ) -> None:
+        """`max_connections`: calls this provider may have in flight at once (the worker's
+        concurrency); every one of them keeps its connection between calls."""
         self.model = model
         self.timeout_s = timeout_s
         self.max_retries = max_retries
-        self._client = openai.OpenAI(
-            api_key=api_key or NO_API_KEY,
-            base_url=base_url,
-            timeout=timeout_s,
-            max_retries=max_retries,
-        )
+        # Loading the CA bundle takes a tenth of a second or more: once, not per client.
+        tls = httpx2.create_ssl_context()
+        limits = connection_limits(max_connections)
+        self._clients = [
+            openai.OpenAI(
+                api_key=api_key or NO_API_KEY,
+                base_url=base_url,
+                timeout=timeout_s,
+                max_retries=max_retries,
+                http_client=openai.DefaultHttpxClient(verify=tls, limits=limits),
+            )
+            for _ in range(max(1, math.ceil(max_connections / CALLS_PER_CLIENT)))
+        ]
+        self._turns = itertools.cycle(self._clients)
 
     def summarize(self, request: SummaryRequest) -> Completion:
         """One chat completion for title, summary and include_in_memory (R9, R10)."""
@@ -76,8 +109,9 @@ class OpenAIProvider:
         return self._complete(drift_messages(request), purpose="detect_drift")
 
     def close(self) -> None:
-        """Release the client's connection pool."""
-        self._client.close()
+        """Release the clients' connection pools."""
+        for client in self._clients:
+            client.close()
 
     def __enter__(self) -> OpenAIProvider:
         return self
@@ -100,7 +134,8 @@ class OpenAIProvider:
         ]
         started = time.perf_counter()
         try:
-            response: ChatCompletion = self._client.chat.completions.create(
+            client = next(self._turns)
+            response: ChatCompletion = client.chat.completions.create(
                 model=self.model,
                 messages=params,
                 response_format={"type": "json_object"},

@@ -125,6 +125,12 @@ WAIT_JITTER_S = 0.05
 RETRY_BACKOFF_S = 0.5
 
 
+def _pause(seconds: float) -> None:
+    # `time.sleep` looked up at each call, not bound at import: under a gevent worker it
+    # is gevent's (monkey-patched), which lets the process's other tasks run meanwhile.
+    time.sleep(seconds)
+
+
 class RateLimited(Exception):
     """The provider-wide quota has no room within the caller's maximum wait.
 
@@ -254,7 +260,7 @@ class RateLimitedLLM:
         *,
         max_wait_s: float = DEFAULT_MAX_WAIT_S,
         retries: int = 0,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] = _pause,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.inner = inner

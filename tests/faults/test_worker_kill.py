@@ -91,10 +91,11 @@ def test_kill_9_mid_summary_every_topic_summarized_exactly_once(
     api = Api(port, key)
 
     # Kill while summaries are in flight; restart with the other pool each time, so
-    # both the thread pool and prefork (whose children die with the group) are hit.
+    # both the gevent pool (the Procfile's) and prefork (whose children die with the
+    # group) are hit.
     rng = random.Random(7)
     in_flight_at_kill = []
-    pools = ["prefork", "threads"]
+    pools = ["prefork", "gevent"]
     try:
         # The gate starts closed: the summaries of closed topics pile up while posting.
         closed = post_conversations(api)
@@ -111,7 +112,7 @@ def test_kill_9_mid_summary_every_topic_summarized_exactly_once(
             if kill < KILLS - 1:
                 answers_open.clear()
             pool = pools[kill % 2]
-            worker = processes.worker(env, pool=pool, concurrency=4 if pool == "threads" else 2)
+            worker = processes.worker(env, pool=pool, concurrency=16 if pool == "gevent" else 2)
     finally:
         answers_open.set()
 
@@ -150,7 +151,7 @@ def test_kill_9_mid_summary_every_topic_summarized_exactly_once(
 
     once = sum(1 for topic_id in closed if written[topic_id] == 1)
     report(
-        f"kill -9 x{KILLS} (threads, prefork, threads, prefork; {sum(in_flight_at_kill)} LLM"
+        f"kill -9 x{KILLS} (gevent, prefork, gevent, prefork; {sum(in_flight_at_kill)} LLM"
         f" calls in flight at the kills): {len(closed)} topics, {once} summarized exactly once,"
         f" {len(lost)} of {len(posted)} messages lost, {fake_llm.calls} LLM calls"
     )

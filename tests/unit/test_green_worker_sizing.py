@@ -1,0 +1,62 @@
+"""A gevent worker's hundreds of tasks share a few database connections and wait for one,
+and its LLM client keeps a connection for every call it may have in flight."""
+
+from __future__ import annotations
+
+import pytest
+from celery.concurrency import get_implementation
+
+from shared.bootstrap import Runtime
+from shared.config import Settings
+from shared.db.engine import POOL_TIMEOUT_S
+from shared.llm.openai_provider import connection_limits
+from shared.runtime import Endpoints
+from worker.app import LLM_TASK_TIME_LIMIT_S
+from worker.context import pool_name, size_for_worker
+
+ENDPOINTS = Endpoints(
+    database_url="postgresql://postgres@127.0.0.1:5432/x",
+    redis_url="redis://127.0.0.1:6379/0",
+    broker_url="redis://127.0.0.1:6379/1",
+)
+
+
+def test_the_gevent_pool_is_named_by_alias_or_class() -> None:
+    assert pool_name("gevent") == pool_name(get_implementation("gevent")) == "gevent"
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "connections"),
+    [
+        (256, 16),  # a connection per 16 greenlets: tasks hold one only between LLM calls
+        (128, 8),
+        (16, 5),  # never below DRIFTLESS_DB_POOL_SIZE
+    ],
+)
+def test_a_gevent_worker_gets_a_connection_per_16_greenlets_and_waits_for_one(
+    concurrency: int, connections: int
+) -> None:
+    runtime = Runtime(Settings(db_pool_size=5, db_max_overflow=3), endpoints=ENDPOINTS)
+    size_for_worker(
+        runtime, pool="gevent", concurrency=concurrency, time_limit_s=LLM_TASK_TIME_LIMIT_S
+    )
+    assert runtime.tasks_per_process == concurrency
+    assert runtime.engine.pool.size() == connections  # type: ignore[attr-defined]
+    assert runtime.engine.pool._max_overflow == 3  # type: ignore[attr-defined]
+    # A task waits for a connection as long as it may run, rather than fail and retry.
+    assert runtime.engine.pool._timeout == LLM_TASK_TIME_LIMIT_S  # type: ignore[attr-defined]
+
+
+def test_a_threads_worker_keeps_failing_fast_on_an_exhausted_pool() -> None:
+    runtime = Runtime(Settings(db_pool_size=5, db_max_overflow=3), endpoints=ENDPOINTS)
+    size_for_worker(runtime, pool="threads", concurrency=16, time_limit_s=LLM_TASK_TIME_LIMIT_S)
+    assert runtime.engine.pool.size() == 16  # type: ignore[attr-defined]
+    assert runtime.engine.pool._timeout == POOL_TIMEOUT_S  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("calls", [1, 128, 256, 2000])
+def test_the_llm_client_keeps_a_connection_for_every_call_in_flight(calls: int) -> None:
+    limits = connection_limits(calls)
+    assert limits.max_connections is not None and limits.max_connections >= calls
+    # Never below the openai client's own defaults (1000, 100 kept alive).
+    assert limits.max_keepalive_connections == max(calls, 100)
