@@ -24,6 +24,10 @@ GREEN_POOLS = frozenset({"gevent", "eventlet"})
 # A task holds a connection only for its transactions (milliseconds), never across the
 # LLM call (seconds), so one connection serves many greenlets: 256 of them get 16.
 GREENLETS_PER_CONNECTION = 16
+# kombu's Redis channel opens at most 10 connections (its `max_connections`) and fails
+# an 11th with MaxConnectionsError: 256 greenlets acking at once lost their acks and the
+# consumer stalled (bench/worker_pool). A green worker's channel gets one per task.
+KOMBU_REDIS_MAX_CONNECTIONS = 10
 # A worker transaction waits this long for a row lock, and runs a statement this long,
 # before it fails (and its task retries). Writers hold locks for milliseconds. The
 # threads pool enforces no Celery time limit: without these, a task blocked on a row
@@ -91,9 +95,10 @@ def pool_name(pool_cls: Any) -> str:
 
 @worker_init.connect
 def size_engine_for_worker(sender: Any = None, **_: Any) -> None:
-    """Size the engine from the worker's pool and concurrency, before any task runs; under
-    gevent, make psycopg2 green first."""
-    app = getattr(sender, "app", None)
+    """Size the engine (and, for a green pool, the broker channel's connection pool) from
+    the worker's pool and concurrency, before any task runs; under gevent, make psycopg2
+    green first."""
+    app: Any = getattr(sender, "app", None)
     runtime = getattr(app, "driftless", None)
     concurrency = getattr(sender, "concurrency", None)
     if not isinstance(runtime, Runtime) or not isinstance(concurrency, int):
@@ -101,6 +106,11 @@ def size_engine_for_worker(sender: Any = None, **_: Any) -> None:
     pool = pool_name(sender.pool_cls)
     if pool == "gevent":
         make_psycopg_green()
+    if pool in GREEN_POOLS:
+        # Read when the consumer connects, after this hook.
+        options = dict(app.conf.broker_transport_options or {})
+        wanted = max(options.get("max_connections", KOMBU_REDIS_MAX_CONNECTIONS), concurrency)
+        app.conf.broker_transport_options = {**options, "max_connections": wanted}
     time_limit = getattr(getattr(app, "conf", None), "task_time_limit", None)
     size_for_worker(runtime, pool=pool, concurrency=concurrency, time_limit_s=time_limit)
 

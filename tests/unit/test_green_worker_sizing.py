@@ -3,6 +3,8 @@ and its LLM client keeps a connection for every call it may have in flight."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from celery.concurrency import get_implementation
 
@@ -11,8 +13,8 @@ from shared.config import Settings
 from shared.db.engine import POOL_TIMEOUT_S
 from shared.llm.openai_provider import connection_limits
 from shared.runtime import Endpoints
-from worker.app import LLM_TASK_TIME_LIMIT_S
-from worker.context import pool_name, size_for_worker
+from worker.app import LLM_TASK_TIME_LIMIT_S, make_celery
+from worker.context import pool_name, size_engine_for_worker, size_for_worker
 
 ENDPOINTS = Endpoints(
     database_url="postgresql://postgres@127.0.0.1:5432/x",
@@ -60,3 +62,23 @@ def test_the_llm_client_keeps_a_connection_for_every_call_in_flight(calls: int) 
     assert limits.max_connections is not None and limits.max_connections >= calls
     # Never below the openai client's own defaults (1000, 100 kept alive).
     assert limits.max_keepalive_connections == max(calls, 100)
+
+
+def test_a_green_worker_lets_every_task_ack_at_once() -> None:
+    # kombu's Redis channel holds 10 connections and fails the 11th: a green worker's
+    # tasks, acking together, would lose their acks. (eventlet: sized as gevent, without
+    # patching this test process's psycopg2.)
+    app = make_celery(
+        Settings(
+            database_url=ENDPOINTS.database_url,
+            redis_url=ENDPOINTS.redis_url,
+            broker_url=ENDPOINTS.broker_url,
+        ),
+        endpoints=ENDPOINTS,
+    )
+    worker = SimpleNamespace(app=app, concurrency=256, pool_cls="eventlet")
+    size_engine_for_worker(sender=worker)
+    options = app.conf.broker_transport_options
+    assert options["max_connections"] == 256
+    assert options["visibility_timeout"] == 4 * LLM_TASK_TIME_LIMIT_S  # kept
+    assert app.driftless.tasks_per_process == 256
