@@ -127,6 +127,9 @@ def post_messages(
             "tools": len(messages) - counted,
         },
     ).all()
+    # ORM objects this unit of work already holds (the topic, its session) are stale now:
+    # a later read in the same transaction (open_topic, the context) must reload them.
+    uow.session.expire_all()
     if not rows:  # the partial unique index allows zero; the services never leave zero
         raise NotFound(f"session {session_id} has no active topic")
     stored = [StoredMessage(id=r.id, topic_id=r.topic_id, created_at=r.created_at) for r in rows]

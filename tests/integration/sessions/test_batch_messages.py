@@ -218,3 +218,27 @@ def test_r4_concurrent_batches_to_one_session_never_interleave(
         prefix = run[0].rsplit(" ", 1)[0]  # "w<writer> b<batch>"
         assert [c.rsplit(" ", 1)[0] for c in run] == [prefix] * size
         assert [c.rsplit(" ", 1)[1] for c in run] == [f"m{m}" for m in range(size)]
+
+
+def test_a_topic_opened_after_a_post_in_the_same_transaction_is_summarized(
+    uow: UnitOfWork, queue: RecordingQueue, api_key: str
+) -> None:
+    """The post writes with Core statements; ORM objects read before it must not hide it."""
+    from shared.auth.service import org_for_key
+    from shared.queue import SUMMARIZE_TOPIC
+    from shared.sessions.service import active_topic, create_session, open_topic
+
+    with uow:
+        org_id = org_for_key(uow=uow, key=api_key)
+        assert org_id is not None
+
+        session = create_session(uow=uow, org_id=org_id, agent_id="a", user_id="u").session
+        first = active_topic(uow=uow, session_id=session.id)  # now in the identity map
+        post_messages(
+            uow=uow, org_id=org_id, session_id=session.id, messages=[NewMessage("user", "hello")]
+        )
+        open_topic(uow=uow, org_id=org_id, session_id=session.id, title=None)
+        uow.commit()  # the jobs go out after the commit
+        assert [job.kwargs["topic_id"] for job in queue.sent if job.task == SUMMARIZE_TOPIC] == [
+            str(first.id)
+        ]
