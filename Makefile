@@ -39,7 +39,10 @@ bench: install ## Run the benchmarks (bench/*.py) against the machine's PostgreS
 	$(BIN)/python -m bench.context
 	$(BIN)/python -m bench.prefix_reuse --quiet
 	$(BIN)/python -m bench.debounce
-	$(BIN)/python -m bench.http_throughput
+	$(BIN)/python -m bench.http_throughput --server both
+	$(BIN)/python -m bench.batch_import
+	$(BIN)/python -m bench.turn
+	$(BIN)/python -m bench.streams
 	$(BIN)/python -m bench.enqueue
 	$(BIN)/python -m bench.worker_pool
 	$(BIN)/python -m bench.token_economy

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.cache import KeyCache
 from shared.config import Settings
-from shared.db.engine import bound_transactions, make_engine, make_session_factory
+from shared.db.engine import POOL_TIMEOUT_S, bound_transactions, make_engine, make_session_factory
 from shared.db.uow import UnitOfWork
 from shared.limits import Limits
 from shared.llm.base import LLM
@@ -33,6 +33,11 @@ from shared.triggers.debounce import Debouncer
 # A request or a CLI command must fail, not hang, when Redis is down (R29: the exit
 # triggers degrade to `dropped`); a worker waits on Redis as long as it must.
 REQUEST_REDIS_TIMEOUTS = {"socket_connect_timeout": 1, "socket_timeout": 2}
+# Redis connections per process. When all are busy a caller waits for one (up to
+# REDIS_POOL_WAIT_S), never fails at once: a gevent web runs hundreds of requests and
+# live streams' lease renewals on one pool (redis-py's default pool raises beyond 100).
+REDIS_CONNECTIONS = 50
+REDIS_POOL_WAIT_S = 5
 
 
 class Runtime:
@@ -66,6 +71,9 @@ class Runtime:
         # threaded worker sets it (and the pool size) before its engine is made.
         self.tasks_per_process = 1
         self.max_overflow = max_overflow if max_overflow is not None else settings.db_max_overflow
+        # How long a task or request waits for a pooled connection before it fails; a
+        # green worker (hundreds of tasks on a few connections) waits longer.
+        self.pool_timeout = POOL_TIMEOUT_S
         self._transaction_bounds = transaction_bounds
         self._request_timeouts = request_timeouts
         self.limits = Limits(max_json_depth=settings.max_json_depth)
@@ -78,7 +86,10 @@ class Runtime:
     @cached_property
     def engine(self) -> Engine:
         engine = make_engine(
-            self.endpoints.database_url, pool_size=self.pool_size, max_overflow=self.max_overflow
+            self.endpoints.database_url,
+            pool_size=self.pool_size,
+            max_overflow=self.max_overflow,
+            pool_timeout=self.pool_timeout,
         )
         if self._transaction_bounds is not None:
             lock_timeout_s, statement_timeout_s = self._transaction_bounds
@@ -102,12 +113,19 @@ class Runtime:
     @cached_property
     def redis(self) -> redis.Redis:
         timeouts = REQUEST_REDIS_TIMEOUTS if self._request_timeouts else {}
-        return redis.Redis.from_url(self.endpoints.redis_url, **timeouts)
+        pool = redis.BlockingConnectionPool.from_url(
+            self.endpoints.redis_url,
+            max_connections=REDIS_CONNECTIONS,
+            timeout=REDIS_POOL_WAIT_S,
+            **timeouts,
+        )
+        return redis.Redis.from_pool(pool)
 
     @cached_property
     def llm(self) -> LLM:
         # The rate limit's bucket lives in the same Redis as the debounce state.
-        return make_llm(self.settings, redis_client=self.redis)
+        # Every task of the process may have a call in flight (the HTTP connection pool).
+        return make_llm(self.settings, redis_client=self.redis, calls=self.tasks_per_process)
 
     @cached_property
     def debouncer(self) -> Debouncer:

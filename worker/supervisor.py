@@ -64,13 +64,14 @@ def _commands(settings: Settings) -> dict[str, list[str]]:
             # No control socket: nothing here uses it, and gunicorn's default path
             # (~/.gunicorn/gunicorn.ctl) is one per user, taken over by each system started.
             str(bin_dir / "gunicorn"), "--bind", f"127.0.0.1:{settings.port}",
-            "--workers", "2", "--threads", "4", "--no-control-socket", "web.app:create_app()",
+            "--workers", "2", "--worker-class", "gevent", "--worker-connections", "1000",
+            "--no-control-socket", "web.app:create_app()",
         ],
         "worker": [
-            # One process for both queues on a laptop; the threads pool is the measured
-            # choice for LLM-bound work (README, "Benchmarks", P4).
+            # One process for both queues on a laptop, as the Procfile's worker: gevent
+            # is the measured choice for LLM-bound work (docs/benchmarks.md, P4).
             str(bin_dir / "celery"), "-A", "worker.main", "worker", "--queues", "llm,fast",
-            "--pool", "threads", "--concurrency", "16", "--loglevel", "INFO",
+            "--pool", "gevent", "--concurrency", "128", "--loglevel", "INFO",
         ],
         "beat": [
             str(bin_dir / "celery"), "-A", "worker.main", "beat", "--loglevel", "INFO",

@@ -152,10 +152,13 @@ class Processes:
         return child
 
     def worker(
-        self, env: Mapping[str, str], *, pool: str = "threads", concurrency: int = 4,
+        self, env: Mapping[str, str], *, pool: str = "gevent", concurrency: int = 16,
         wait: bool = True,
     ) -> Child:  # fmt: skip
-        # No mingle or gossip: they only slow a start down (a second of neighbour search).
+        # The Procfile's pool by default, with a few of its greenlets: under gevent Celery
+        # polls the broker in a blocking loop that, with every slot taken, looks again only
+        # after up to 2 s, so 4 slots would drain a backlog at 2 jobs/s. No mingle or
+        # gossip: they only slow a start down (a second of neighbour search).
         argv = [
             str(BIN / "celery"), "-A", "worker.main", "worker", "--queues", "llm,fast",
             "--pool", pool, "--concurrency", str(concurrency), "--loglevel", "INFO",
@@ -178,12 +181,14 @@ class Processes:
         return child
 
     def web(
-        self, env: Mapping[str, str], port: int, *, workers: int = 2, wait: bool = True
-    ) -> Child:
-        # gunicorn with threads, as the Procfile runs it.
+        self, env: Mapping[str, str], port: int, *, workers: int = 2,
+        worker_connections: int = 1000, wait: bool = True,
+    ) -> Child:  # fmt: skip
+        # gunicorn's gevent worker, as the Procfile runs it.
         argv = [
             str(BIN / "gunicorn"), "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
-            "--threads", "8", "--timeout", "60", "web.app:create_app()",
+            "--worker-class", "gevent", "--worker-connections", str(worker_connections),
+            "--timeout", "60", "web.app:create_app()",
         ]  # fmt: skip
         child = self.spawn("web", argv, env, ready=lambda _: _answers_http(port))
         if wait:

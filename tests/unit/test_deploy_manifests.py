@@ -21,6 +21,7 @@ from shared.config import ENVIRONMENT, ConfigError, load_settings
 from shared.llm.factory import longest_llm_call_s
 from shared.queue import TASK_ROUTES
 from worker.app import LLM_TASK_TIME_LIMIT_S
+from worker.context import GREENLETS_PER_CONNECTION
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -302,9 +303,9 @@ def test_pools_fit_the_work_and_the_connection_pool_fits_the_pool() -> None:
         pool, concurrency = _option(command, "--pool"), int(_option(command, "--concurrency"))
         pool_size = int(_env(container)["DRIFTLESS_DB_POOL_SIZE"])
         if _queues(command) == {"llm"}:
-            # I/O-bound: many threads in one process, a connection for each.
-            assert pool == "threads" and concurrency >= 8
-            assert pool_size >= concurrency
+            # I/O-bound: many greenlets in one process, sharing a few connections.
+            assert pool == "gevent" and concurrency >= 64
+            assert pool_size * GREENLETS_PER_CONNECTION >= concurrency
         else:
             # Each prefork child runs one task at a time with its own engine.
             assert pool == "prefork"
@@ -345,7 +346,7 @@ def test_llm_workers_get_time_to_finish_a_call_before_they_are_killed() -> None:
     settings = load_settings(
         {**_named("ConfigMap", "driftless-config")["data"], **_example_secret(), **_env(container)}
     )
-    # The threads pool ignores task_time_limit: a call ends by its own timeouts.
+    # The gevent pool ends a task at task_time_limit; a call may end sooner by its own.
     longest = max(LLM_TASK_TIME_LIMIT_S, longest_llm_call_s(settings))
     assert llm["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > longest
 
@@ -440,7 +441,8 @@ def test_compose_environment_is_valid_for_every_process() -> None:
         load_settings(environment)
         if _is_worker(service["command"]) and _queues(service["command"]) == {"llm"}:
             concurrency = int(_option(service["command"], "--concurrency"))
-            assert int(environment["DRIFTLESS_DB_POOL_SIZE"]) >= concurrency
+            pool_size = int(environment["DRIFTLESS_DB_POOL_SIZE"])
+            assert pool_size * GREENLETS_PER_CONNECTION >= concurrency
 
 
 def _dockerfile() -> list[tuple[str, str]]:
