@@ -127,9 +127,14 @@ def post_messages(
             "tools": len(messages) - counted,
         },
     ).all()
-    # ORM objects this unit of work already holds (the topic, its session) are stale now:
-    # a later read in the same transaction (open_topic, the context) must reload them.
-    uow.session.expire_all()
+    # ORM objects this unit of work already holds of this session are stale now (the
+    # writes were Core): reload them, so a later read in the same transaction (open_topic)
+    # sees the new counters. Reloaded, not expired: callers use them after the commit.
+    for held in list(uow.session.identity_map.values()):
+        if (isinstance(held, Topic) and held.session_id == session_id) or (
+            isinstance(held, ChatSession) and held.id == session_id
+        ):
+            uow.session.refresh(held)
     if not rows:  # the partial unique index allows zero; the services never leave zero
         raise NotFound(f"session {session_id} has no active topic")
     stored = [StoredMessage(id=r.id, topic_id=r.topic_id, created_at=r.created_at) for r in rows]
