@@ -31,6 +31,8 @@ from shared.runtime import Endpoints
 # celery's broker_transport for redis:// and rediss:// broker URLs.
 TRANSPORT = "shared.broker:Transport"
 REDIS_SCHEMES = ("redis://", "rediss://")
+# How often a consumer with every prefetch slot taken looks for a freed one (Transport).
+FULL_POLL_S = 0.02
 
 
 def sender_settings(endpoints: Endpoints) -> dict[str, Any]:
@@ -70,3 +72,17 @@ class Channel(kombu_redis.Channel):
 
 class Transport(kombu_redis.Transport):
     Channel = Channel
+
+    def drain_events(self, connection: Any, timeout: float | None = None, **kwargs: Any) -> Any:
+        # A consumer whose prefetch slots are all taken stops reading the queue until an
+        # ack frees one. Without an event loop (the gevent and threads pools: celery's
+        # synloop) nothing tells it when that happens: it waits out its whole poll (1-2
+        # s) while tasks finish and slots stand empty. A worker whose tasks each wait 1 s
+        # on the LLM then ran a third of its slots. So look again soon while full.
+        if timeout is not None and self._every_slot_taken():
+            timeout = min(timeout, FULL_POLL_S)
+        return super().drain_events(connection, timeout=timeout, **kwargs)
+
+    def _every_slot_taken(self) -> bool:
+        channels: list[Any] = self.channels or []
+        return any(channel.active_queues and not channel.qos.can_consume() for channel in channels)

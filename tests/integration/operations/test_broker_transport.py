@@ -1,0 +1,78 @@
+"""shared/broker.py's Transport on the real broker: a consumer whose prefetch slots are
+all taken looks for a freed one every FULL_POLL_S, not once per whole poll (celery's
+synloop, which the gevent and threads pools run, asks for 2 s)."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from typing import Any
+
+import pytest
+from kombu import Connection, Exchange, Message, Queue
+from kombu.transport import redis as kombu_redis
+
+from shared.broker import FULL_POLL_S, Transport
+
+SYNLOOP_TIMEOUT_S = 2.0  # what celery's synloop passes to drain_events
+
+
+@pytest.fixture
+def polls(monkeypatch: pytest.MonkeyPatch) -> list[float | None]:
+    """The timeout of every poll our Transport hands to kombu's."""
+    asked: list[float | None] = []
+    poll = kombu_redis.Transport.drain_events
+
+    def recording(self: Any, connection: Any, timeout: float | None = None, **kw: Any) -> Any:
+        asked.append(timeout)
+        return poll(self, connection, timeout=timeout, **kw)
+
+    monkeypatch.setattr(kombu_redis.Transport, "drain_events", recording)
+    return asked
+
+
+def test_a_full_consumer_looks_for_a_freed_slot_soon(
+    broker_url: str, polls: list[float | None]
+) -> None:
+    name = f"test-transport-{uuid.uuid4().hex[:8]}"
+    queue = Queue(name, Exchange(name), routing_key=name)
+    received: list[Message] = []
+    with Connection(broker_url, transport=Transport) as connection:
+        with connection.Producer() as producer:
+            for n in range(2):
+                producer.publish(
+                    {"n": n}, exchange=queue.exchange, routing_key=name, declare=[queue]
+                )
+        consumer = connection.Consumer(
+            [queue], callbacks=[lambda _body, message: received.append(message)], prefetch_count=1
+        )
+        with consumer:
+            connection.drain_events(timeout=SYNLOOP_TIMEOUT_S)  # takes the one slot
+            assert len(received) == 1
+            assert polls[-1] == SYNLOOP_TIMEOUT_S  # a slot was free: the whole poll
+
+            with pytest.raises(socket.timeout):  # full: the second job stays queued
+                connection.drain_events(timeout=SYNLOOP_TIMEOUT_S)
+            assert polls[-1] == FULL_POLL_S
+            assert len(received) == 1
+
+            received[0].ack()  # the slot frees: the next poll takes the second job
+            connection.drain_events(timeout=SYNLOOP_TIMEOUT_S)
+            assert [m.payload for m in received] == [{"n": 0}, {"n": 1}]
+            received[1].ack()
+            queue(connection).delete()
+
+
+def test_a_poll_without_a_timeout_keeps_none(broker_url: str, polls: list[float | None]) -> None:
+    """An unbounded drain (no timeout) is the caller's choice; only bounded polls shrink."""
+    name = f"test-transport-{uuid.uuid4().hex[:8]}"
+    queue = Queue(name, Exchange(name), routing_key=name)
+    with Connection(broker_url, transport=Transport) as connection:
+        with connection.Producer() as producer:
+            producer.publish({"n": 0}, exchange=queue.exchange, routing_key=name, declare=[queue])
+        received: list[Message] = []
+        with connection.Consumer([queue], callbacks=[lambda _b, m: received.append(m)]):
+            connection.drain_events()
+        assert polls == [None]
+        received[0].ack()
+        queue(connection).delete()
