@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 
 from shared.curation.models import MemoryChange
 from shared.curation.rules import (
@@ -48,6 +48,11 @@ def memory_transitions(old: MemoryFlags, new: MemoryFlags) -> list[str]:
     return changes
 
 
+# Every summary that changes a topic's flags writes one (the worker's hot path): a plain
+# insert built once, not an ORM object and a flush.
+_INSERT_CHANGE = insert(MemoryChange)
+
+
 def record_change(
     *,
     uow: UnitOfWork,
@@ -66,16 +71,17 @@ def record_change(
     topic.deprecated = new.deprecated
     topic.deprecated_manually_set = new.deprecated_manually_set
     topic.memory_state_set_by = actor
-    uow.session.add(
-        MemoryChange(
-            topic_id=topic.id,
-            actor=actor,
-            action=action,
-            from_state=old.state,
-            to_state=new.state,
-            keep_in_memory_manually_set=new.keep_manually_set,
-            deprecated_manually_set=new.deprecated_manually_set,
-        )
+    uow.session.connection().execute(
+        _INSERT_CHANGE,
+        {
+            "topic_id": topic.id,
+            "actor": actor,
+            "action": action,
+            "from_state": old.state,
+            "to_state": new.state,
+            "keep_in_memory_manually_set": new.keep_manually_set,
+            "deprecated_manually_set": new.deprecated_manually_set,
+        },
     )
     if (old.keep, old.deprecated) != (new.keep, new.deprecated):
         memory_changed(uow=uow, scope=scope)

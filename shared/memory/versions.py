@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import BigInteger, DateTime, ForeignKey, Index, String, func, select
+from sqlalchemy import BigInteger, DateTime, ForeignKey, Index, String, bindparam, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -39,17 +39,25 @@ class MemoryVersion(Base):
     )
 
 
+# Built once: a promoted topic's summary runs it (the worker's hot path), and an
+# ORM-enabled insert costs several times the round trip in Python.
+_BUMP_VERSION = (
+    insert(MemoryVersion)
+    .values(
+        org_id=bindparam("org"), agent_id=bindparam("agent"), user_id=bindparam("user"), version=1
+    )
+    .on_conflict_do_update(
+        index_elements=["org_id", "agent_id", "user_id"],
+        set_={"version": MemoryVersion.version + 1, "changed_at": func.now()},
+    )
+)
+
+
 def memory_changed(*, uow: UnitOfWork, scope: Scope) -> None:
     """The scope's memory block changes with this transaction: bump its version (same
     transaction) and invalidate its cache once the transaction commits (R15)."""
-    statement = insert(MemoryVersion).values(
-        org_id=scope.org_id, agent_id=scope.agent_id, user_id=scope.user_id, version=1
-    )
-    uow.session.execute(
-        statement.on_conflict_do_update(
-            index_elements=["org_id", "agent_id", "user_id"],
-            set_={"version": MemoryVersion.version + 1, "changed_at": func.now()},
-        )
+    uow.session.connection().execute(
+        _BUMP_VERSION, {"org": scope.org_id, "agent": scope.agent_id, "user": scope.user_id}
     )
     uow.enqueue(Job(INVALIDATE_MEMORY, scope.as_job_kwargs()))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 
 from shared.db.uow import UnitOfWork
 from shared.errors import TooLarge
@@ -82,22 +82,27 @@ def read_notes(*, uow: UnitOfWork, topic_id: uuid.UUID) -> NotesView:
     )
 
 
+# Every summary runs these two (the worker's hot path): plain statements built once,
+# not ORM-enabled ones, which cost several times the query in Python.
+_ARCHIVE_ACTIVE = (
+    update(NotesDocument)
+    .where(NotesDocument.topic_id == bindparam("topic"), NotesDocument.status == "active")
+    .values(status="archived", updated_at=func.now(), archived_at=func.now())
+)
+_ACTIVE_TEXT = select(NotesDocument.content).where(
+    NotesDocument.topic_id == bindparam("topic"), NotesDocument.status == "active"
+)
+
+
 def archive_notes(*, uow: UnitOfWork, topic_id: uuid.UUID) -> None:
     """R24: archive the topic's active notes; the caller stores the summary made from
     them in the same transaction. Archived notes stay stored and are never injected."""
-    uow.session.execute(
-        update(NotesDocument)
-        .where(NotesDocument.topic_id == topic_id, NotesDocument.status == "active")
-        .values(status="archived", archived_at=func.now())
-    )
+    uow.session.connection().execute(_ARCHIVE_ACTIVE, {"topic": topic_id})
 
 
 def active_notes_text(*, uow: UnitOfWork, topic_id: uuid.UUID) -> str | None:
-    return uow.session.scalar(
-        select(NotesDocument.content).where(
-            NotesDocument.topic_id == topic_id, NotesDocument.status == "active"
-        )
-    )
+    content: str | None = uow.session.connection().scalar(_ACTIVE_TEXT, {"topic": topic_id})
+    return content
 
 
 @dataclass(frozen=True)

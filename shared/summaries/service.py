@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 
 from shared.curation.rules import summarizer_decides
 from shared.curation.service import flags_of, record_change
@@ -42,13 +43,50 @@ from shared.topics.models import Topic
 log = logging.getLogger(__name__)
 
 
-def is_summary_current(topic: Topic) -> bool:
+@dataclass(frozen=True)
+class TopicHead:
+    """The columns of a topic row that a summary snapshot is made from."""
+
+    id: uuid.UUID
+    status: str
+    summary: str | None
+    last_message_id: int | None
+    summarized_through_id: int | None
+    summary_prompt_version: str | None
+    message_count: int
+    tool_message_count: int
+
+    @property
+    def summary_pending(self) -> bool:
+        return (
+            self.last_message_id is not None and self.summarized_through_id != self.last_message_id
+        )
+
+
+# The summary job's reads, built once and run as plain rows: a worker runs them hundreds
+# of times a second, and loading ORM entities cost several times the queries in Python.
+_TOPIC_HEAD = select(*(getattr(Topic, name) for name in TopicHead.__dataclass_fields__)).where(
+    Topic.id == bindparam("topic")
+)
+_FIRST_USER_MESSAGE = (
+    select(Message.content)
+    .where(Message.topic_id == bindparam("topic"), Message.role == "user")
+    .order_by(Message.id)
+    .limit(1)
+)
+_ROWS_THROUGH = select(func.count()).where(
+    Message.topic_id == bindparam("topic"), Message.id <= bindparam("through")
+)
+
+
+def is_summary_current(topic: Topic | TopicHead) -> bool:
     return not topic.summary_pending and topic.summary_prompt_version == SUMMARY_PROMPT_VERSION
 
 
 def take_snapshot(*, uow: UnitOfWork, topic_id: uuid.UUID) -> TopicSnapshot | None:
     """What to summarize, or None when there is nothing to do."""
-    topic = uow.session.get(Topic, topic_id)
+    row = uow.session.connection().execute(_TOPIC_HEAD, {"topic": topic_id}).first()
+    topic = None if row is None else TopicHead(**row._mapping)
     if topic is None or topic.last_message_id is None or is_summary_current(topic):
         return None
     snapshot = snapshot_of(uow=uow, topic=topic)
@@ -56,7 +94,7 @@ def take_snapshot(*, uow: UnitOfWork, topic_id: uuid.UUID) -> TopicSnapshot | No
     return snapshot if snapshot.request.lines else None
 
 
-def snapshot_of(*, uow: UnitOfWork, topic: Topic) -> TopicSnapshot:
+def snapshot_of(*, uow: UnitOfWork, topic: Topic | TopicHead) -> TopicSnapshot:
     """All of the topic's messages (an in-place refresh)."""
     return _snapshot_through(
         uow=uow,
@@ -98,18 +136,13 @@ def snapshot_before(
 def _snapshot_through(
     *,
     uow: UnitOfWork,
-    topic: Topic,
+    topic: Topic | TopicHead,
     through_id: int,
     total_messages: int,
     message_count: int,
 ) -> TopicSnapshot:
     """The topic's messages up to `through_id` (all of them, or those before a fork)."""
-    first_user_message = uow.session.scalar(
-        select(Message.content)
-        .where(Message.topic_id == topic.id, Message.role == "user")
-        .order_by(Message.id)
-        .limit(1)
-    )
+    first_user_message = uow.session.connection().scalar(_FIRST_USER_MESSAGE, {"topic": topic.id})
     request = read_transcript(
         uow=uow,
         topic_id=topic.id,
@@ -130,8 +163,8 @@ def _snapshot_through(
 
 def _rows_through(*, uow: UnitOfWork, topic_id: uuid.UUID, through_id: int) -> int:
     """The topic's messages up to `through_id` (an index range scan of ix_messages_topic_id_id)."""
-    count = uow.session.scalar(
-        select(func.count()).where(Message.topic_id == topic_id, Message.id <= through_id)
+    count = uow.session.connection().scalar(
+        _ROWS_THROUGH, {"topic": topic_id, "through": through_id}
     )
     return int(count or 0)
 

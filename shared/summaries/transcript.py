@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import Row, bindparam, select
 
 from shared.db.uow import UnitOfWork
 from shared.llm.base import SummaryRequest, TranscriptLine
@@ -41,7 +41,20 @@ class TopicSnapshot:
     rows_through: int
 
 
-def _line(message: Message) -> TranscriptLine:
+# Read as plain rows with statements built once: every summary runs them, hundreds a
+# second per worker, and ORM entities cost several times the query.
+_COLUMNS = (Message.id, Message.role, Message.content, Message.tool_name)
+_IN_TOPIC = (Message.topic_id == bindparam("topic"), Message.id <= bindparam("through"))
+_HEAD = select(*_COLUMNS).where(*_IN_TOPIC).order_by(Message.id).limit(HEAD_MESSAGES)
+_TAIL_NEWEST_FIRST = (
+    select(*_COLUMNS)
+    .where(*_IN_TOPIC, Message.id > bindparam("after"))
+    .order_by(Message.id.desc())
+    .limit(MAX_TAIL_MESSAGES)
+)
+
+
+def _line(message: Row[int, str, str, str | None]) -> TranscriptLine:
     content = message.content
     if len(content) > MAX_LINE_CHARS:
         content = content[:MAX_LINE_CHARS] + " […]"
@@ -64,13 +77,9 @@ def read_transcript(
     previous_summary: str | None,
 ) -> SummaryRequest:
     """The topic's messages up to `through_id`, bounded as the module says."""
-    in_topic = (Message.topic_id == topic_id, Message.id <= through_id)
-    head = [
-        _line(m)
-        for m in uow.session.scalars(
-            select(Message).where(*in_topic).order_by(Message.id).limit(HEAD_MESSAGES)
-        )
-    ]
+    connection = uow.session.connection()
+    in_topic = {"topic": topic_id, "through": through_id}
+    head = [_line(m) for m in connection.execute(_HEAD, in_topic)]
     if total_messages <= HEAD_MESSAGES or not head:
         # Fewer rows than the counters say: retention purged the older ones, and the
         # previous summary is all that is left of them.
@@ -83,12 +92,7 @@ def read_transcript(
         )
     budget = MAX_TRANSCRIPT_CHARS - sum(_size(line) for line in head) - len(notes or "")
     tail: list[TranscriptLine] = []
-    newest_first = uow.session.scalars(
-        select(Message)
-        .where(*in_topic, Message.id > head[-1].id)
-        .order_by(Message.id.desc())
-        .limit(MAX_TAIL_MESSAGES)
-    )
+    newest_first = connection.execute(_TAIL_NEWEST_FIRST, {**in_topic, "after": head[-1].id})
     for message in newest_first:
         line = _line(message)
         if _size(line) > budget:
