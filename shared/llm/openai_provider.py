@@ -53,8 +53,10 @@ CLIENT_MAX_CONNECTIONS = 1000
 CLIENT_MAX_KEEPALIVE = 100
 # httpcore probes the socket of every idle connection in a client's pool at each request
 # and each response: one client for 128 calls in flight spent a tenth of a gevent
-# worker's CPU there (py-spy). Calls take turns over clients of about this many each.
-CALLS_PER_CLIENT = 16
+# worker's CPU there (py-spy), and 16 calls a client still a fifth of each call. Calls
+# take turns over clients of about this many each (bench.worker_pool: 4 against 16 gave
+# 75 against 70 summaries/s, runs alternated).
+CALLS_PER_CLIENT = 4
 
 
 def connection_limits(calls: int) -> httpx2.Limits:

@@ -89,7 +89,9 @@ _ARCHIVE_ACTIVE = (
     .where(NotesDocument.topic_id == bindparam("topic"), NotesDocument.status == "active")
     .values(status="archived", updated_at=func.now(), archived_at=func.now())
 )
-_ACTIVE_TEXT = select(NotesDocument.content).where(
+# The text of the topic's active notes (bind `topic`); a summary's snapshot reads it as
+# a subquery of its one statement (shared/summaries/service.py).
+ACTIVE_NOTES_TEXT = select(NotesDocument.content).where(
     NotesDocument.topic_id == bindparam("topic"), NotesDocument.status == "active"
 )
 
@@ -101,7 +103,7 @@ def archive_notes(*, uow: UnitOfWork, topic_id: uuid.UUID) -> None:
 
 
 def active_notes_text(*, uow: UnitOfWork, topic_id: uuid.UUID) -> str | None:
-    content: str | None = uow.session.connection().scalar(_ACTIVE_TEXT, {"topic": topic_id})
+    content: str | None = uow.session.connection().scalar(ACTIVE_NOTES_TEXT, {"topic": topic_id})
     return content
 
 

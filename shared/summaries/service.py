@@ -33,7 +33,7 @@ from shared.llm.prompts import SUMMARY_PROMPT_VERSION
 from shared.memory.scope import Scope
 from shared.memory.versions import memory_changed
 from shared.metrics import FALLBACKS, count_on_commit
-from shared.notes.service import active_notes_text, archive_notes
+from shared.notes.service import ACTIVE_NOTES_TEXT, archive_notes
 from shared.sessions.fork import messages_from
 from shared.sessions.models import Message
 from shared.summaries.rules import fallback_summary, parse_summary_answer
@@ -68,14 +68,21 @@ class TopicHead:
 _TOPIC_HEAD = select(*(getattr(Topic, name) for name in TopicHead.__dataclass_fields__)).where(
     Topic.id == bindparam("topic")
 )
-_FIRST_USER_MESSAGE = (
+_ROWS_THROUGH = select(func.count()).where(
+    Message.topic_id == bindparam("topic"), Message.id <= bindparam("through")
+)
+# What a snapshot reads beside the transcript, in one round trip: the topic's first user
+# message (the fallback title, R14), its active notes (R24) and its rows up to the
+# watermark (`still_describes`).
+_SURROUNDINGS = select(
     select(Message.content)
     .where(Message.topic_id == bindparam("topic"), Message.role == "user")
     .order_by(Message.id)
     .limit(1)
-)
-_ROWS_THROUGH = select(func.count()).where(
-    Message.topic_id == bindparam("topic"), Message.id <= bindparam("through")
+    .scalar_subquery()
+    .label("first_user_message"),
+    ACTIVE_NOTES_TEXT.scalar_subquery().label("notes"),
+    _ROWS_THROUGH.scalar_subquery().label("rows_through"),
 )
 
 
@@ -142,22 +149,23 @@ def _snapshot_through(
     message_count: int,
 ) -> TopicSnapshot:
     """The topic's messages up to `through_id` (all of them, or those before a fork)."""
-    first_user_message = uow.session.connection().scalar(_FIRST_USER_MESSAGE, {"topic": topic.id})
+    bounds = {"topic": topic.id, "through": through_id}
+    surroundings = uow.session.connection().execute(_SURROUNDINGS, bounds).one()
     request = read_transcript(
         uow=uow,
         topic_id=topic.id,
         through_id=through_id,
         total_messages=total_messages,
-        notes=active_notes_text(uow=uow, topic_id=topic.id),
+        notes=surroundings.notes,
         previous_summary=topic.summary,
     )
     return TopicSnapshot(
         request=request,
         last_message_id=through_id,
         message_count=message_count,
-        first_user_message=first_user_message,
+        first_user_message=surroundings.first_user_message,
         topic_status=topic.status,
-        rows_through=_rows_through(uow=uow, topic_id=topic.id, through_id=through_id),
+        rows_through=surroundings.rows_through,
     )
 
 
