@@ -4,21 +4,24 @@ per batch (R26's batch decision), and `?context=true` for one round trip per tur
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from shared.auth.service import org_for_key
 from shared.config import Settings
 from shared.db.uow import UnitOfWork
 from shared.errors import Invalid
 from shared.limits import MAX_BATCH_MESSAGES, MAX_MESSAGE_CHARS
 from shared.queue import EVALUATE_TOPIC, RecordingQueue
 from shared.sessions.models import Message
-from shared.sessions.posting import NewMessage, post_messages
+from shared.sessions.posting import NewMessage, PostedMessages, post_messages
+from shared.sessions.service import create_session, open_topic
 from tests.conftest import new_key
 from tests.helpers import new_session, post_message
 
@@ -242,3 +245,53 @@ def test_a_topic_opened_after_a_post_in_the_same_transaction_is_summarized(
         assert [job.kwargs["topic_id"] for job in queue.sent if job.task == SUMMARIZE_TOPIC] == [
             str(first.id)
         ]
+
+
+def _wait_for_a_lock_wait(factory: sessionmaker[Session]) -> None:
+    """Until a backend of this database waits for a lock (the post, behind the holder)."""
+    deadline = time.monotonic() + 30
+    waiting = text(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    while time.monotonic() < deadline:
+        with factory() as db:
+            if db.scalar(waiting):
+                return
+        time.sleep(0.01)
+    raise AssertionError("the post never waited for the session's lock")
+
+
+def test_r6_a_post_that_waited_for_the_session_lock_lands_in_the_topic_opened_meanwhile(
+    committed_factory: sessionmaker[Session],
+) -> None:
+    """The lock and the insert go to PostgreSQL as one query string (posting.py); the
+    insert must still read the active topic after the lock, not from the moment the
+    string arrived: a writer that held the lock and opened a new topic wins."""
+    key = new_key(committed_factory)
+    with UnitOfWork(committed_factory, RecordingQueue()) as setup:
+        org_id = org_for_key(uow=setup, key=key)
+        assert org_id is not None
+        sid = create_session(uow=setup, org_id=org_id, agent_id="a", user_id="u").session.id
+        setup.commit()
+    holder = UnitOfWork(committed_factory, RecordingQueue())
+    with holder:
+        opened = open_topic(uow=holder, org_id=org_id, session_id=sid, title="next")  # locks
+        posted: list[PostedMessages] = []
+
+        def post() -> None:
+            with UnitOfWork(committed_factory, RecordingQueue()) as uow:
+                posted.append(
+                    post_messages(
+                        uow=uow, org_id=org_id, session_id=sid, messages=[NewMessage("user", "hi")]
+                    )
+                )
+                uow.commit()
+
+        writer = threading.Thread(target=post)
+        writer.start()
+        _wait_for_a_lock_wait(committed_factory)
+        holder.commit()
+    writer.join(timeout=30)
+
+    assert [m.topic_id for m in posted[0].messages] == [opened.id]
