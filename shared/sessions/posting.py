@@ -247,7 +247,7 @@ class OneRoundTrip:
     @classmethod
     def of(cls, *statements: ClauseElement) -> OneRoundTrip:
         # The engine's driver (shared/db/engine.py): its parameter style and casts.
-        dialect = psycopg2.dialect()  # type: ignore[no-untyped-call]
+        dialect = psycopg2.dialect()  # type: ignore[no-untyped-call, unused-ignore]
         compiled = [statement.compile(dialect=dialect) for statement in statements]
         literals: dict[str, Any] = {}
         for name, value in (p for c in compiled for p in c.params.items() if p[1] is not None):
