@@ -31,8 +31,15 @@ from shared.runtime import Endpoints
 # celery's broker_transport for redis:// and rediss:// broker URLs.
 TRANSPORT = "shared.broker:Transport"
 REDIS_SCHEMES = ("redis://", "rediss://")
+# A transport option a worker sets on its own connections (worker/context.py): its
+# consumer loop polls through `drain_events`, so the Transport caps those polls. Nowhere
+# else: there a poll's timeout may mean "collect replies this long" (`celery inspect`).
+CONSUMER_POLLS = "driftless_consumer_polls"
 # How often a consumer with every prefetch slot taken looks for a freed one (Transport).
 FULL_POLL_S = 0.02
+# The longest poll of a consumer without an event loop otherwise; an outstanding BRPOP
+# stays in flight across polls, so a shorter poll costs a wake-up, not a round trip.
+IDLE_POLL_S = 0.25
 
 
 def sender_settings(endpoints: Endpoints) -> dict[str, Any]:
@@ -79,8 +86,10 @@ class Transport(kombu_redis.Transport):
         # synloop) nothing tells it when that happens: it waits out its whole poll (1-2
         # s) while tasks finish and slots stand empty. A worker whose tasks each wait 1 s
         # on the LLM then ran a third of its slots. So look again soon while full.
-        if timeout is not None and self._every_slot_taken():
-            timeout = min(timeout, FULL_POLL_S)
+        # The synloop also notices a shutdown only between polls: a 2 s poll kept an idle
+        # worker up to 2 s past its SIGTERM (deploys, `driftless up`'s Ctrl-C).
+        if timeout is not None and self.client.transport_options.get(CONSUMER_POLLS):
+            timeout = min(timeout, FULL_POLL_S if self._every_slot_taken() else IDLE_POLL_S)
         return super().drain_events(connection, timeout=timeout, **kwargs)
 
     def _every_slot_taken(self) -> bool:

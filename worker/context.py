@@ -13,6 +13,7 @@ from celery.signals import worker_init
 from redis.exceptions import RedisError
 
 from shared.bootstrap import Runtime
+from shared.broker import CONSUMER_POLLS
 from shared.config import Settings
 from shared.db.uow import UnitOfWork
 from shared.memory.cache import MemoryCache
@@ -128,7 +129,8 @@ def pool_name(pool_cls: Any) -> str:
 def size_engine_for_worker(sender: Any = None, **_: Any) -> None:
     """Size the engine (and, for a green pool, the broker channel's connection pool) from
     the worker's pool and concurrency, before any task runs; under gevent, make psycopg2
-    green first."""
+    green first. The worker's broker connections are marked as a consumer's, whose polls
+    shared/broker.py's Transport keeps short."""
     app: Any = getattr(sender, "app", None)
     runtime = getattr(app, "driftless", None)
     concurrency = getattr(sender, "concurrency", None)
@@ -137,11 +139,12 @@ def size_engine_for_worker(sender: Any = None, **_: Any) -> None:
     pool = pool_name(sender.pool_cls)
     if pool == "gevent":
         make_psycopg_green()
+    # Read when the consumer connects, after this hook.
+    options = {**(app.conf.broker_transport_options or {}), CONSUMER_POLLS: True}
     if pool in GREEN_POOLS:
-        # Read when the consumer connects, after this hook.
-        options = dict(app.conf.broker_transport_options or {})
         wanted = max(options.get("max_connections", KOMBU_REDIS_MAX_CONNECTIONS), concurrency)
-        app.conf.broker_transport_options = {**options, "max_connections": wanted}
+        options["max_connections"] = wanted
+    app.conf.broker_transport_options = options
     time_limit = getattr(getattr(app, "conf", None), "task_time_limit", None)
     size_for_worker(runtime, pool=pool, concurrency=concurrency, time_limit_s=time_limit)
 

@@ -9,6 +9,7 @@ import pytest
 from celery.concurrency import get_implementation
 
 from shared.bootstrap import Runtime
+from shared.broker import CONSUMER_POLLS
 from shared.config import Settings
 from shared.db.engine import POOL_TIMEOUT_S
 from shared.llm.openai_provider import connection_limits
@@ -82,3 +83,23 @@ def test_a_green_worker_lets_every_task_ack_at_once() -> None:
     assert options["max_connections"] == 256
     assert options["visibility_timeout"] == 4 * LLM_TASK_TIME_LIMIT_S  # kept
     assert app.driftless.tasks_per_process == 256
+
+
+@pytest.mark.parametrize("pool", ["gevent", "threads", "prefork"])
+def test_only_a_worker_marks_its_broker_connections_as_a_consumers(pool: str) -> None:
+    """Its polls get capped (shared/broker.py); an app that merely sends or inspects keeps
+    kombu's, whose timeout may mean "collect replies this long"."""
+    app = make_celery(
+        Settings(
+            database_url=ENDPOINTS.database_url,
+            redis_url=ENDPOINTS.redis_url,
+            broker_url=ENDPOINTS.broker_url,
+        ),
+        endpoints=ENDPOINTS,
+    )
+    assert CONSUMER_POLLS not in app.conf.broker_transport_options
+
+    worker = SimpleNamespace(app=app, concurrency=4, pool_cls=pool)
+    size_engine_for_worker(sender=worker)
+
+    assert app.conf.broker_transport_options[CONSUMER_POLLS] is True

@@ -1,6 +1,7 @@
-"""shared/broker.py's Transport on the real broker: a consumer whose prefetch slots are
-all taken looks for a freed one every FULL_POLL_S, not once per whole poll (celery's
-synloop, which the gevent and threads pools run, asks for 2 s)."""
+"""shared/broker.py's Transport on the real broker: on a worker's connections (marked
+CONSUMER_POLLS), a consumer whose prefetch slots are all taken looks for a freed one
+every FULL_POLL_S, and any other poll lasts at most IDLE_POLL_S, not the 2 s celery's
+synloop (the gevent and threads pools) asks for. Other connections keep their polls."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import pytest
 from kombu import Connection, Exchange, Message, Queue
 from kombu.transport import redis as kombu_redis
 
-from shared.broker import FULL_POLL_S, Transport
+from shared.broker import CONSUMER_POLLS, FULL_POLL_S, IDLE_POLL_S, Transport
 
 SYNLOOP_TIMEOUT_S = 2.0  # what celery's synloop passes to drain_events
+A_WORKERS = {CONSUMER_POLLS: True}  # as worker/context.py marks a worker's connections
 
 
 @pytest.fixture
@@ -37,7 +39,7 @@ def test_a_full_consumer_looks_for_a_freed_slot_soon(
     name = f"test-transport-{uuid.uuid4().hex[:8]}"
     queue = Queue(name, Exchange(name), routing_key=name)
     received: list[Message] = []
-    with Connection(broker_url, transport=Transport) as connection:
+    with Connection(broker_url, transport=Transport, transport_options=A_WORKERS) as connection:
         with connection.Producer() as producer:
             for n in range(2):
                 producer.publish(
@@ -49,7 +51,7 @@ def test_a_full_consumer_looks_for_a_freed_slot_soon(
         with consumer:
             connection.drain_events(timeout=SYNLOOP_TIMEOUT_S)  # takes the one slot
             assert len(received) == 1
-            assert polls[-1] == SYNLOOP_TIMEOUT_S  # a slot was free: the whole poll
+            assert polls[-1] == IDLE_POLL_S  # a slot was free
 
             with pytest.raises(socket.timeout):  # full: the second job stays queued
                 connection.drain_events(timeout=SYNLOOP_TIMEOUT_S)
@@ -63,16 +65,24 @@ def test_a_full_consumer_looks_for_a_freed_slot_soon(
             queue(connection).delete()
 
 
-def test_a_poll_without_a_timeout_keeps_none(broker_url: str, polls: list[float | None]) -> None:
-    """An unbounded drain (no timeout) is the caller's choice; only bounded polls shrink."""
+@pytest.mark.parametrize(
+    ("options", "timeout"),
+    [
+        (A_WORKERS, None),  # an unbounded drain is the caller's choice
+        ({}, SYNLOOP_TIMEOUT_S),  # not a worker's: `celery inspect` collects this long
+    ],
+)
+def test_other_polls_keep_their_timeout(
+    broker_url: str, polls: list[float | None], options: dict[str, Any], timeout: float | None
+) -> None:
     name = f"test-transport-{uuid.uuid4().hex[:8]}"
     queue = Queue(name, Exchange(name), routing_key=name)
-    with Connection(broker_url, transport=Transport) as connection:
+    with Connection(broker_url, transport=Transport, transport_options=options) as connection:
         with connection.Producer() as producer:
             producer.publish({"n": 0}, exchange=queue.exchange, routing_key=name, declare=[queue])
         received: list[Message] = []
         with connection.Consumer([queue], callbacks=[lambda _b, m: received.append(m)]):
-            connection.drain_events()
-        assert polls == [None]
+            connection.drain_events(timeout=timeout)
+        assert polls == [timeout]
         received[0].ack()
         queue(connection).delete()
