@@ -88,9 +88,13 @@ class Transport(kombu_redis.Transport):
         # on the LLM then ran a third of its slots. So look again soon while full.
         # The synloop also notices a shutdown only between polls: a 2 s poll kept an idle
         # worker up to 2 s past its SIGTERM (deploys, `driftless up`'s Ctrl-C).
-        if timeout is not None and self.client.transport_options.get(CONSUMER_POLLS):
+        if timeout is not None and self._polls_for_a_consumer():
             timeout = min(timeout, FULL_POLL_S if self._every_slot_taken() else IDLE_POLL_S)
         return super().drain_events(connection, timeout=timeout, **kwargs)
+
+    def _polls_for_a_consumer(self) -> bool:
+        options: dict[str, Any] = getattr(self.client, "transport_options", None) or {}
+        return bool(options.get(CONSUMER_POLLS))
 
     def _every_slot_taken(self) -> bool:
         channels: list[Any] = self.channels or []
