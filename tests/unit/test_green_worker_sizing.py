@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from celery import Celery
 from celery.concurrency import get_implementation
 
 from shared.bootstrap import Runtime
@@ -22,6 +23,18 @@ ENDPOINTS = Endpoints(
     redis_url="redis://127.0.0.1:6379/0",
     broker_url="redis://127.0.0.1:6379/1",
 )
+
+
+def _worker_app() -> Celery:
+    """The worker's Celery app on ENDPOINTS (nothing connects until a task or a poll)."""
+    return make_celery(
+        Settings(
+            database_url=ENDPOINTS.database_url,
+            redis_url=ENDPOINTS.redis_url,
+            broker_url=ENDPOINTS.broker_url,
+        ),
+        endpoints=ENDPOINTS,
+    )
 
 
 def test_the_gevent_pool_is_named_by_alias_or_class() -> None:
@@ -69,14 +82,7 @@ def test_a_green_worker_lets_every_task_ack_at_once() -> None:
     # kombu's Redis channel holds 10 connections and fails the 11th: a green worker's
     # tasks, acking together, would lose their acks. (eventlet: sized as gevent, without
     # patching this test process's psycopg2.)
-    app = make_celery(
-        Settings(
-            database_url=ENDPOINTS.database_url,
-            redis_url=ENDPOINTS.redis_url,
-            broker_url=ENDPOINTS.broker_url,
-        ),
-        endpoints=ENDPOINTS,
-    )
+    app = _worker_app()
     worker = SimpleNamespace(app=app, concurrency=256, pool_cls="eventlet")
     size_engine_for_worker(sender=worker)
     options = app.conf.broker_transport_options
@@ -89,14 +95,7 @@ def test_a_green_worker_lets_every_task_ack_at_once() -> None:
 def test_only_a_worker_marks_its_broker_connections_as_a_consumers(pool: str) -> None:
     """Its polls get capped (shared/broker.py); an app that merely sends or inspects keeps
     kombu's, whose timeout may mean "collect replies this long"."""
-    app = make_celery(
-        Settings(
-            database_url=ENDPOINTS.database_url,
-            redis_url=ENDPOINTS.redis_url,
-            broker_url=ENDPOINTS.broker_url,
-        ),
-        endpoints=ENDPOINTS,
-    )
+    app = _worker_app()
     assert CONSUMER_POLLS not in app.conf.broker_transport_options
 
     worker = SimpleNamespace(app=app, concurrency=4, pool_cls=pool)
