@@ -89,7 +89,9 @@ class OpenAIProvider:
         self.max_retries = max_retries
         # Loading the CA bundle takes a tenth of a second or more: once, not per client.
         tls = httpx2.create_ssl_context()
-        limits = connection_limits(max_connections)
+        clients = max(1, math.ceil(max_connections / CALLS_PER_CLIENT))
+        # Each client's own share of the calls in flight: its pool keeps that many.
+        limits = connection_limits(math.ceil(max_connections / clients))
         self._clients = [
             openai.OpenAI(
                 api_key=api_key or NO_API_KEY,
@@ -98,7 +100,7 @@ class OpenAIProvider:
                 max_retries=max_retries,
                 http_client=openai.DefaultHttpxClient(verify=tls, limits=limits),
             )
-            for _ in range(max(1, math.ceil(max_connections / CALLS_PER_CLIENT)))
+            for _ in range(clients)
         ]
         self._turns = itertools.cycle(self._clients)
 

@@ -158,10 +158,10 @@ def post_messages(
     return PostedMessages(messages=stored, drift_evaluation_enqueued=heartbeat)
 
 
-# Both statements are built once: building one costs more than running it, and the
-# same object lets SQLAlchemy reuse its compiled form.
+# Both statements are built and compiled once, into one query string (OneRoundTrip
+# below): building one costs more than running it.
 
-# The session's row lock (as `load_session(lock=True)`) and its activity, in one trip.
+# The session's row lock (as `load_session(lock=True)`) and its activity, in one statement.
 _LOCK_SESSION = (
     update(ChatSession)
     .where(ChatSession.id == bindparam("session"), ChatSession.org_id == bindparam("org"))

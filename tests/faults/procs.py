@@ -155,10 +155,9 @@ class Processes:
         self, env: Mapping[str, str], *, pool: str = "gevent", concurrency: int = 16,
         wait: bool = True,
     ) -> Child:  # fmt: skip
-        # The Procfile's pool by default, with a few of its greenlets: under gevent Celery
-        # polls the broker in a blocking loop that, with every slot taken, looks again only
-        # after up to 2 s, so 4 slots would drain a backlog at 2 jobs/s. No mingle or
-        # gossip: they only slow a start down (a second of neighbour search).
+        # The Procfile's pool by default, with a few of its greenlets (16: enough that a
+        # test's backlog of LLM jobs drains in a few rounds). No mingle or gossip: they
+        # only slow a start down (a second of neighbour search).
         argv = [
             str(BIN / "celery"), "-A", "worker.main", "worker", "--queues", "llm,fast",
             "--pool", pool, "--concurrency", str(concurrency), "--loglevel", "INFO",
