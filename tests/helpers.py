@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from flask.testing import FlaskClient
+from sqlalchemy.orm import Session, sessionmaker
 
 T = TypeVar("T")
 
@@ -20,6 +22,23 @@ def new_session(
     assert response.status_code == 201, response.json
     body: dict[str, Any] = response.json  # type: ignore[assignment]
     return body
+
+
+def committed_session(factory: sessionmaker[Session]) -> tuple[uuid.UUID, uuid.UUID]:
+    """(org id, session id) of a new org's new session, committed through `factory`."""
+    from shared.auth.service import org_for_key
+    from shared.db.uow import UnitOfWork
+    from shared.queue import RecordingQueue
+    from shared.sessions.service import create_session
+    from tests.conftest import new_key
+
+    key = new_key(factory)
+    with UnitOfWork(factory, RecordingQueue()) as uow:
+        org_id = org_for_key(uow=uow, key=key)
+        assert org_id is not None
+        sid = create_session(uow=uow, org_id=org_id, agent_id="a", user_id="u").session.id
+        uow.commit()
+    return org_id, sid
 
 
 def post_message(

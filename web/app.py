@@ -82,7 +82,16 @@ def create_app(
     app.json.sort_keys = False  # type: ignore[attr-defined]
 
     app.extensions["driftless"] = Runtime(
-        settings, make_queue=make_job_queue, queue=queue, session_factory=session_factory
+        settings,
+        make_queue=make_job_queue,
+        queue=queue,
+        session_factory=session_factory,
+        # The whole budget as the pool, none as overflow: the pool closes an overflow
+        # connection whenever it comes back to a full pool, and under a steady load of
+        # more requests than pool connections that was several new PostgreSQL backends a
+        # second, each planning the post's statements again. Same ceiling, kept open.
+        pool_size=settings.db_pool_size + settings.db_max_overflow,
+        max_overflow=0,
     ).build()
 
     install_metrics(app)  # first: it times everything, rejected requests included

@@ -51,6 +51,7 @@ def make_engine(
         future=True,
     )
     ping_idle_connections(engine)
+    transactions_again_on_checkin(engine)
     return engine
 
 
@@ -79,6 +80,20 @@ def ping_idle_connections(engine: Engine) -> None:
         except engine.dialect.loaded_dbapi.Error as exc:
             # The pool throws this connection away and checks out another (or a new one).
             raise DisconnectionError(f"a pooled connection was dead: {exc}") from exc
+
+
+def transactions_again_on_checkin(engine: Engine) -> None:
+    """A connection that `UnitOfWork.one_statement` switched to autocommit goes back to
+    the pool with transactions again: the switch was for that unit of work only.
+
+    psycopg2's attribute is local (no round trip); a connection closed meanwhile is
+    thrown away by the pool anyway.
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _transactions_again(dbapi_connection: Any, _entry: ConnectionPoolEntry) -> None:
+        if dbapi_connection is not None and not dbapi_connection.closed:
+            dbapi_connection.autocommit = False
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:

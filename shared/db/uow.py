@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from types import TracebackType
 
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.limits import Limits
@@ -46,6 +47,25 @@ class UnitOfWork:
         # close() rolls back whatever was not committed and detaches the loaded objects
         # without expiring them, so views can serialize what a service returned.
         self.session.close()
+
+    def one_statement(self) -> None:
+        """Declare this unit of work one statement, atomic by itself: PostgreSQL then runs it
+        as its own transaction (autocommit), one round trip instead of three (BEGIN, the
+        statement, COMMIT). `commit()` still sends the jobs, after the statement committed.
+
+        Only for a caller whose single write is that statement and that answers nothing it
+        could fail to build afterwards: the message post without `?context=true`. Anything
+        run after it commits on its own. Called before the first statement; where the
+        session already began a transaction, or is bound to one (the tests' savepoints), it
+        changes nothing and `commit()` ends that transaction as usual.
+        """
+        if self.session.in_transaction() or not isinstance(self.session.get_bind(), Engine):
+            return
+        # psycopg2's own switch, not SQLAlchemy's isolation_level="AUTOCOMMIT": switching
+        # back from that costs a round trip of its own (SET default_transaction_isolation)
+        # when the connection returns to the pool. This one is switched back for free on
+        # the way back (shared/db/engine.py). SQLAlchemy's BEGIN and COMMIT become no-ops.
+        self.session.connection().connection.dbapi_connection.autocommit = True  # type: ignore[union-attr]
 
     def enqueue(self, job: Job) -> None:
         """Record a job to send after a successful commit."""

@@ -97,6 +97,8 @@ def post_messages(
     org_id = current_org()
     new = [NewMessage(m.role, m.content, m.tool_name, m.tool_call_id) for m in body.batch]
     with unit_of_work() as uow:
+        if not query.context:  # a context that fails to build must roll the post back
+            uow.one_statement()
         posted = posting.post_messages(
             uow=uow,
             org_id=org_id,

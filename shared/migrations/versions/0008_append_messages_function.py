@@ -82,5 +82,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute(
-        "DROP FUNCTION append_messages(uuid, uuid, text[], text[], text[], text[], integer, integer)"
+        "DROP FUNCTION append_messages"
+        "(uuid, uuid, text[], text[], text[], text[], integer, integer)"
     )

@@ -23,7 +23,7 @@ from shared.sessions.models import Message
 from shared.sessions.posting import NewMessage, PostedMessages, post_messages
 from shared.sessions.service import create_session, open_topic
 from tests.conftest import new_key
-from tests.helpers import new_session, post_message
+from tests.helpers import committed_session, new_session, post_message
 
 
 def _turns(count: int, *, start: int = 0) -> list[dict[str, Any]]:
@@ -227,9 +227,8 @@ def test_a_topic_opened_after_a_post_in_the_same_transaction_is_summarized(
     uow: UnitOfWork, queue: RecordingQueue, api_key: str
 ) -> None:
     """The post writes with Core statements; ORM objects read before it must not hide it."""
-    from shared.auth.service import org_for_key
     from shared.queue import SUMMARIZE_TOPIC
-    from shared.sessions.service import active_topic, create_session, open_topic
+    from shared.sessions.service import active_topic, open_topic
 
     with uow:
         org_id = org_for_key(uow=uow, key=api_key)
@@ -262,18 +261,15 @@ def _wait_for_a_lock_wait(factory: sessionmaker[Session]) -> None:
     raise AssertionError("the post never waited for the session's lock")
 
 
+@pytest.mark.parametrize("one_statement", [False, True], ids=["in-a-transaction", "autocommit"])
 def test_r6_a_post_that_waited_for_the_session_lock_lands_in_the_topic_opened_meanwhile(
-    committed_factory: sessionmaker[Session],
+    committed_factory: sessionmaker[Session], one_statement: bool
 ) -> None:
-    """The lock and the insert go to PostgreSQL as one query string (posting.py); the
-    insert must still read the active topic after the lock, not from the moment the
-    string arrived: a writer that held the lock and opened a new topic wins."""
-    key = new_key(committed_factory)
-    with UnitOfWork(committed_factory, RecordingQueue()) as setup:
-        org_id = org_for_key(uow=setup, key=key)
-        assert org_id is not None
-        sid = create_session(uow=setup, org_id=org_id, agent_id="a", user_id="u").session.id
-        setup.commit()
+    """The post is one call of `append_messages` (posting.py), which takes the lock and
+    then reads the active topic: the read must see the topic as the writer it waited for
+    left it, not as it was when the call started. A writer that held the lock and opened
+    a new topic wins, in a transaction and as a statement of its own (the HTTP post)."""
+    org_id, sid = committed_session(committed_factory)
     holder = UnitOfWork(committed_factory, RecordingQueue())
     with holder:
         opened = open_topic(uow=holder, org_id=org_id, session_id=sid, title="next")  # locks
@@ -281,6 +277,8 @@ def test_r6_a_post_that_waited_for_the_session_lock_lands_in_the_topic_opened_me
 
         def post() -> None:
             with UnitOfWork(committed_factory, RecordingQueue()) as uow:
+                if one_statement:
+                    uow.one_statement()
                 posted.append(
                     post_messages(
                         uow=uow, org_id=org_id, session_id=sid, messages=[NewMessage("user", "hi")]
