@@ -12,9 +12,11 @@ warms up, then all start together and send N requests each. Prints req/s, p50 an
 of both routes and their ratios (messages ÷ healthz).
 
 Both the clients and the server run on this machine, so they share its CPUs: read the
-numbers as a ratio on one machine, not as the server's capacity.
+numbers as a ratio on one machine, not as the server's capacity. A shared machine's
+speed drifts by a third within minutes, so the two routes alternate, `--rounds` times
+(healthz, then messages, right after it), and the summary is the round of median ratio.
 
-    .venv/bin/python -m bench.http_throughput [--clients 32] [--requests 200]
+    .venv/bin/python -m bench.http_throughput [--clients 32] [--requests 200] [--rounds 3]
         [--server procfile|gthread|both]
 
 bench/turn.py and bench/batch_import.py start their server with `web_server` below.
@@ -172,6 +174,18 @@ def run_phase(
     )
 
 
+@dataclass(frozen=True)
+class Round:
+    """One healthz phase and the messages phase right after it, on the same server."""
+
+    health: Phase
+    messages: Phase
+
+    @property
+    def ratio(self) -> float:
+        return self.messages.rps / self.health.rps
+
+
 def make_sessions(env: BenchEnv, count: int) -> list[uuid.UUID]:
     org_id = env.org_id()
     with env.uow() as uow:
@@ -240,6 +254,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200, help="per client and route")
     parser.add_argument("--warmup", type=int, default=20, help="per client and route")
     parser.add_argument("--server", choices=[*SERVERS, "both"], default="procfile")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="healthz then messages, this many times over"
+    )
     args = parser.parse_args()
     host = machine()
     env = bench_env(args.admin_database_url)
@@ -247,43 +264,51 @@ def main() -> None:
         f"bench/http_throughput: {args.clients} keep-alive clients x {args.requests} requests"
         f" (after {args.warmup} warm-up) per route; machine: {host} (clients and server share it)"
     )
-    print(f"  {'server':<9} {'route':<42} {'req/s':>9} {'p50 ms':>9} {'p99 ms':>9} {'reconn':>7}")
+    print(
+        f"  {'server':<9} {'round':>5} {'route':<42} {'req/s':>9} {'p50 ms':>9} {'p99 ms':>9}"
+        f" {'reconn':>7}"
+    )
     results = []
     for server in servers(args.server):
         sessions = make_sessions(env, args.clients)
+        rounds: list[Round] = []
         with web_server(env, server) as (port, _):
-            health = run_phase(
-                "GET /healthz", port, [healthz] * args.clients,
-                per_client=args.requests, warmup=args.warmup,
-            )  # fmt: skip
-            messages = run_phase(
-                "POST /agents-api/sessions/{id}/messages", port,
-                [post_message(env.org_key, s) for s in sessions],
-                per_client=args.requests, warmup=args.warmup,
-            )  # fmt: skip
-        for phase in (health, messages):
-            print(
-                f"  {server:<9} {phase.name:<42} {phase.rps:9.1f} {phase.p(0.5):9.2f}"
-                f" {phase.p(0.99):9.2f} {phase.reconnects:>7}"
-            )
-        ratio = messages.rps / health.rps
-        print(f"  {server:<9} {'ratio messages ÷ healthz (req/s)':<42} {ratio:9.3f}")
-        results.append((server, health, messages, ratio))
+            for number in range(1, args.rounds + 1):
+                health = run_phase(
+                    "GET /healthz", port, [healthz] * args.clients,
+                    per_client=args.requests, warmup=args.warmup,
+                )  # fmt: skip
+                messages = run_phase(
+                    "POST /agents-api/sessions/{id}/messages", port,
+                    [post_message(env.org_key, s) for s in sessions],
+                    per_client=args.requests, warmup=args.warmup,
+                )  # fmt: skip
+                rounds.append(Round(health, messages))
+                for phase in (health, messages):
+                    print(
+                        f"  {server:<9} {number:>5} {phase.name:<42} {phase.rps:9.1f}"
+                        f" {phase.p(0.5):9.2f} {phase.p(0.99):9.2f} {phase.reconnects:>7}"
+                    )
+        middle = sorted(rounds, key=lambda r: r.ratio)[(len(rounds) - 1) // 2]  # the median
+        print(f"  {server:<9} {'all':>5} {'ratio messages ÷ healthz, per round':<42}", end="")
+        print("  " + ", ".join(f"{r.ratio:.3f}" for r in rounds) + f"  (median {middle.ratio:.3f})")
+        results.append((server, middle))
     waiting = redis.Redis.from_url(env.broker_url).llen(LLM_QUEUE)
-    posted = len(results) * args.clients * (args.requests + args.warmup)
+    posted = len(results) * args.rounds * args.clients * (args.requests + args.warmup)
     print(
         f"  heartbeat jobs waiting in the broker's '{LLM_QUEUE}' queue (no worker runs):"
         f" {waiting} for {posted} messages"
     )
-    fields = [f"clients={args.clients}", f"broker_jobs={waiting}"]
-    for server, health, messages, ratio in results:
+    fields = [f"clients={args.clients}", f"rounds={args.rounds}", f"broker_jobs={waiting}"]
+    for server, middle in results:  # the median round's numbers
+        health, messages = middle.health, middle.messages
         fields += [
             f"{server}_healthz_rps={health.rps:.1f}",
             f"{server}_healthz_p99_ms={health.p(0.99):.2f}",
             f"{server}_messages_rps={messages.rps:.1f}",
             f"{server}_messages_p50_ms={messages.p(0.5):.2f}",
             f"{server}_messages_p99_ms={messages.p(0.99):.2f}",
-            f"{server}_rps_ratio={ratio:.3f}",
+            f"{server}_rps_ratio={middle.ratio:.3f}",
         ]
     print("http_throughput " + " ".join(fields))
 
