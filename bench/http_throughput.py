@@ -52,6 +52,7 @@ from bench.common import (
     subprocess_running,
     wait_until,
 )
+from shared.heap import freeze_startup_objects
 from shared.queue import LLM_QUEUE
 from shared.sessions.service import create_session
 
@@ -117,7 +118,12 @@ def _expect(connection: http.client.HTTPConnection, status: int) -> None:
 def run_phase(
     name: str, port: int, requests: list[Request], *, per_client: int, warmup: int
 ) -> Phase:
-    """One thread and one keep-alive connection per client; all start together."""
+    """One thread and one keep-alive connection per client; all start together.
+
+    The clients' own objects are frozen first (shared/heap.py): a full collection of
+    this process stops all its client threads at once, which read as the server's p99.
+    """
+    freeze_startup_objects()
     start = threading.Barrier(len(requests) + 1)
     latencies: list[list[float]] = [[] for _ in requests]
     finished: list[float] = []

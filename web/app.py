@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shared.bootstrap import Runtime
 from shared.config import Settings, load_settings_or_exit
+from shared.heap import freeze_startup_objects
 from shared.logs import configure_logging
 from shared.queue import JobQueue
 from web.auth import install_auth
@@ -67,7 +68,8 @@ def create_app(
     `queue` and `session_factory` replace Celery and the engine's sessions (tests run
     each request inside a savepoint of their own connection).
     """
-    if settings is None:  # a real process (gunicorn "web.app:create_app()"): its logging
+    serving = settings is None  # a real process (gunicorn "web.app:create_app()")
+    if settings is None:
         settings = load_settings_or_exit()
         configure_logging(settings.log_format)
     _cooperative_database()
@@ -118,4 +120,6 @@ def create_app(
     app.register_blueprint(console.bp)
     # Served by hand: flask-openapi3 mounts its JSON only together with its doc UIs.
     app.add_url_rule("/agents-api/openapi.json", "openapi", lambda: jsonify(app.api_doc))
+    if serving:
+        log.info("startup objects frozen for the collector: %d", freeze_startup_objects())
     return app

@@ -9,6 +9,7 @@ from typing import Any
 
 import redis
 from celery import Celery
+from celery.apps.worker import Worker as CommandLineWorker
 from celery.signals import worker_init
 from redis.exceptions import RedisError
 
@@ -16,6 +17,7 @@ from shared.bootstrap import Runtime
 from shared.broker import CONSUMER_POLLS
 from shared.config import Settings
 from shared.db.uow import UnitOfWork
+from shared.heap import freeze_startup_objects
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
 from shared.queue import INVALIDATE_MEMORY, CeleryJobQueue, Job, JobQueue
@@ -147,6 +149,15 @@ def size_engine_for_worker(sender: Any = None, **_: Any) -> None:
     app.conf.broker_transport_options = options
     time_limit = getattr(getattr(app, "conf", None), "task_time_limit", None)
     size_for_worker(runtime, pool=pool, concurrency=concurrency, time_limit_s=time_limit)
+
+
+@worker_init.connect
+def freeze_worker_startup_objects(sender: Any = None, **_: Any) -> None:
+    """The worker is built (tasks imported, pool chosen): its startup objects out of the
+    collector's way (shared/heap.py). Before a prefork pool forks, so its children share
+    them too. Only a worker process (`celery worker`), not one a test runs in a thread."""
+    if isinstance(sender, CommandLineWorker):
+        log.info("startup objects frozen for the collector: %d", freeze_startup_objects())
 
 
 def context_of(app: Celery) -> Runtime:
