@@ -12,7 +12,6 @@ grew too old.
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import sys
@@ -63,15 +62,20 @@ class _Streams:
 def _stream_room() -> tuple[int, str]:
     """How many streams this worker process may hold, and why (for the log).
 
-    gunicorn hands the app no configuration; its worker object (the one its server
-    hooks receive) lives in this process and holds it. `type()`, not isinstance(): a
-    werkzeug proxy answers isinstance() slowly, by looking for its request.
+    gunicorn hands the app no configuration; its worker object holds it, and it is on
+    the stack of the request being served: `self` of the worker's `handle_request`
+    (the first stream's request asks). Not `gc.get_objects()`: the process froze its
+    startup objects (shared/heap.py), the worker among them, and frozen objects are not
+    listed. `type()`, not isinstance(): a werkzeug proxy answers isinstance() slowly,
+    by looking for its request.
     """
     base = sys.modules.get("gunicorn.workers.base")
-    if base is not None:
-        for candidate in gc.get_objects():
-            if issubclass(type(candidate), base.Worker):
-                return _room_of(candidate)
+    frame = sys._getframe() if base is not None else None
+    while frame is not None:
+        candidate = frame.f_locals.get("self")
+        if base is not None and issubclass(type(candidate), base.Worker):
+            return _room_of(candidate)
+        frame = frame.f_back
     threads = FALLBACK_THREADS
     return max(1, threads // 2), f"{threads} threads assumed"
 
