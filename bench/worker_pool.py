@@ -18,7 +18,7 @@ processes that share them) of the worker's process tree after the run; the CPU c
 is the worker's CPU time (user + system) per summary over the timed part: the cost that
 bounds a large pool's rate on a busy host.
 
-    .venv/bin/python -m bench.worker_pool [--configs threads:16 gevent:128 ...] [--rounds 4]
+    .venv/bin/python -m bench.worker_pool [--configs threads:16 gevent:128 ...] [--rounds 12]
 
 A configuration is `<pool>[:<concurrency>[:<prefetch multiplier>]]`; the default
 concurrency is the CPU count, as Celery's, and the default prefetch multiplier the
@@ -253,7 +253,9 @@ def main() -> None:
         default=["threads:16", "gevent:128", "gevent:256"],
         help="<pool>[:<concurrency>[:<prefetch multiplier>]] (concurrency: the CPU count)",
     )
-    parser.add_argument("--rounds", type=int, default=4, help="summaries per pool slot")
+    # A backlog long enough to be a steady state: the first wave of jobs starts at once
+    # and the last second only drains: with 4 rounds those were a quarter of the run.
+    parser.add_argument("--rounds", type=int, default=12, help="summaries per pool slot")
     parser.add_argument("--latency", type=float, default=1.0, help="seconds per LLM call")
     args = parser.parse_args()
     host = machine()

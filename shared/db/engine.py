@@ -19,6 +19,9 @@ POOL_RECYCLE_S = 1800
 # A connection handed back to the pool less than this long ago is taken as alive: it
 # just answered. One idle for longer is pinged (SELECT 1) before it is handed out.
 PING_IDLE_S = 1.0
+# Marks a connection whose transaction began but has not sent its bounds yet
+# (bound_transactions).
+UNBOUNDED = "driftless_unbounded"
 
 
 def sqlalchemy_url(database_url: str) -> str:
@@ -110,11 +113,34 @@ def bound_transactions(
     hands the server connection to someone else after each transaction, and refuses the
     startup `options` that would set them for good. A timeout is an OperationalError,
     which the tasks retry.
+
+    The SET LOCALs travel in front of the transaction's first statement, in the same
+    query string, not as a statement of their own: a round trip less per transaction
+    (a summary has two), and 4 % of a gevent worker's CPU (py-spy). PostgreSQL runs the
+    string's statements in order and answers with the last one's result.
     """
+    bounds = (
+        f"SET LOCAL lock_timeout = '{int(lock_timeout_s * 1000)}ms';"
+        f" SET LOCAL statement_timeout = '{int(statement_timeout_s * 1000)}ms'"
+    )
 
     @event.listens_for(engine, "begin")
     def _bound(connection: Connection) -> None:
-        connection.exec_driver_sql(
-            f"SET LOCAL lock_timeout = '{int(lock_timeout_s * 1000)}ms';"
-            f" SET LOCAL statement_timeout = '{int(statement_timeout_s * 1000)}ms'"
-        )
+        connection.info[UNBOUNDED] = True
+
+    @event.listens_for(engine, "before_cursor_execute", retval=True)
+    def _bound_first_statement(
+        connection: Connection,
+        cursor: Any,
+        statement: str,
+        parameters: Any,
+        _context: Any,
+        executemany: bool,
+    ) -> tuple[str, Any]:
+        if not connection.info.pop(UNBOUNDED, False):
+            return statement, parameters
+        if executemany:
+            # The driver repeats an executemany's string once per row: not for SET.
+            cursor.execute(bounds)
+            return statement, parameters
+        return f"{bounds}; {statement}", parameters

@@ -16,7 +16,7 @@ from types import TracebackType
 
 import httpx2
 import openai
-from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
+from openai.types.chat import ChatCompletion
 
 from shared.llm.base import Completion, DriftRequest, LLMError, SummaryRequest, Usage
 from shared.llm.prompts import drift_messages, summary_messages
@@ -29,6 +29,7 @@ TRANSIENT = (openai.APIConnectionError, openai.RateLimitError, openai.InternalSe
 
 # Local servers need no key, but the client refuses to start without one.
 NO_API_KEY = "unused"
+COMPLETIONS_PATH = "/chat/completions"
 MAX_REASON_CHARS = 300
 
 
@@ -129,21 +130,22 @@ class OpenAIProvider:
         self.close()
 
     def _complete(self, messages: list[dict[str, str]], *, purpose: str) -> Completion:
-        # The prompts are plain role/content dicts; the client's TypedDicts are the same shape.
-        params: list[ChatCompletionMessageParam] = [
-            {"role": "system", "content": m["content"]}
-            if m["role"] == "system"
-            else {"role": "user", "content": m["content"]}
-            for m in messages
-        ]
         started = time.perf_counter()
         try:
             client = next(self._turns)
-            response: ChatCompletion = client.chat.completions.create(
-                model=self.model,
-                messages=params,
-                response_format={"type": "json_object"},
-                temperature=0,
+            # The client's generic POST, not `chat.completions.create`: the same request,
+            # retries and errors, without the typed transform `create` runs over its ~40
+            # parameters (0.45 of 1.5 ms of CPU per call, in process; 8 % of a gevent
+            # worker's, py-spy). The body is plain JSON: nothing to rename or encode.
+            response = client.post(
+                COMPLETIONS_PATH,
+                cast_to=ChatCompletion,
+                body={
+                    "model": self.model,
+                    "messages": messages,
+                    "response_format": {"type": "json_object"},
+                    "temperature": 0,
+                },
             )
         # The client wraps transport failures in APIConnectionError/APITimeoutError.
         except openai.OpenAIError as exc:

@@ -22,8 +22,10 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import ColumnElement, bindparam, func, select
+from sqlalchemy.orm import InstrumentedAttribute
 
 from shared.curation.rules import summarizer_decides
 from shared.curation.service import flags_of, record_change
@@ -63,26 +65,46 @@ class TopicHead:
         )
 
 
+@dataclass(frozen=True)
+class Surroundings:
+    """What a snapshot reads beside the transcript: the topic's first user message (the
+    fallback title, R14), its active notes (R24) and its rows up to the watermark
+    (`still_describes`)."""
+
+    first_user_message: str | None
+    notes: str | None
+    rows_through: int
+
+
+def _surrounding_columns(through: ColumnElement[Any] | InstrumentedAttribute[Any]) -> list[Any]:
+    """The `Surroundings` of the topic bound as `topic`, up to the message id `through`."""
+    first_user_message = (
+        select(Message.content)
+        .where(Message.topic_id == bindparam("topic"), Message.role == "user")
+        .order_by(Message.id)
+        .limit(1)
+    )
+    rows_through = select(func.count()).where(
+        Message.topic_id == bindparam("topic"), Message.id <= through
+    )
+    return [
+        first_user_message.scalar_subquery().label("first_user_message"),
+        ACTIVE_NOTES_TEXT.scalar_subquery().label("notes"),
+        rows_through.scalar_subquery().label("rows_through"),
+    ]
+
+
 # The summary job's reads, built once and run as plain rows: a worker runs them hundreds
 # of times a second, and loading ORM entities cost several times the queries in Python.
-_TOPIC_HEAD = select(*(getattr(Topic, name) for name in TopicHead.__dataclass_fields__)).where(
-    Topic.id == bindparam("topic")
-)
+_HEAD_FIELDS = tuple(TopicHead.__dataclass_fields__)
+# The topic's head and its surroundings up to its newest message, in one round trip.
+_HEAD_AND_SURROUNDINGS = select(
+    *(getattr(Topic, name) for name in _HEAD_FIELDS),
+    *_surrounding_columns(Topic.last_message_id),
+).where(Topic.id == bindparam("topic"))
+_SURROUNDINGS = select(*_surrounding_columns(bindparam("through")))
 _ROWS_THROUGH = select(func.count()).where(
     Message.topic_id == bindparam("topic"), Message.id <= bindparam("through")
-)
-# What a snapshot reads beside the transcript, in one round trip: the topic's first user
-# message (the fallback title, R14), its active notes (R24) and its rows up to the
-# watermark (`still_describes`).
-_SURROUNDINGS = select(
-    select(Message.content)
-    .where(Message.topic_id == bindparam("topic"), Message.role == "user")
-    .order_by(Message.id)
-    .limit(1)
-    .scalar_subquery()
-    .label("first_user_message"),
-    ACTIVE_NOTES_TEXT.scalar_subquery().label("notes"),
-    _ROWS_THROUGH.scalar_subquery().label("rows_through"),
 )
 
 
@@ -92,23 +114,30 @@ def is_summary_current(topic: Topic | TopicHead) -> bool:
 
 def take_snapshot(*, uow: UnitOfWork, topic_id: uuid.UUID) -> TopicSnapshot | None:
     """What to summarize, or None when there is nothing to do."""
-    row = uow.session.connection().execute(_TOPIC_HEAD, {"topic": topic_id}).first()
-    topic = None if row is None else TopicHead(**row._mapping)
-    if topic is None or topic.last_message_id is None or is_summary_current(topic):
+    row = uow.session.connection().execute(_HEAD_AND_SURROUNDINGS, {"topic": topic_id}).first()
+    if row is None:
         return None
-    snapshot = snapshot_of(uow=uow, topic=topic)
+    topic = TopicHead(**{name: row._mapping[name] for name in _HEAD_FIELDS})
+    if topic.last_message_id is None or is_summary_current(topic):
+        return None
+    surroundings = Surroundings(row.first_user_message, row.notes, row.rows_through)
+    snapshot = snapshot_of(uow=uow, topic=topic, surroundings=surroundings)
     # Retention purged the messages: the summary made while they existed is the record.
     return snapshot if snapshot.request.lines else None
 
 
-def snapshot_of(*, uow: UnitOfWork, topic: Topic | TopicHead) -> TopicSnapshot:
-    """All of the topic's messages (an in-place refresh)."""
+def snapshot_of(
+    *, uow: UnitOfWork, topic: Topic | TopicHead, surroundings: Surroundings | None = None
+) -> TopicSnapshot:
+    """All of the topic's messages (an in-place refresh); `surroundings`, when the caller
+    read them with the topic."""
     return _snapshot_through(
         uow=uow,
         topic=topic,
         through_id=topic.last_message_id or 0,
         total_messages=topic.message_count + topic.tool_message_count,
         message_count=topic.message_count,
+        surroundings=surroundings,
     )
 
 
@@ -147,10 +176,13 @@ def _snapshot_through(
     through_id: int,
     total_messages: int,
     message_count: int,
+    surroundings: Surroundings | None = None,
 ) -> TopicSnapshot:
     """The topic's messages up to `through_id` (all of them, or those before a fork)."""
-    bounds = {"topic": topic.id, "through": through_id}
-    surroundings = uow.session.connection().execute(_SURROUNDINGS, bounds).one()
+    if surroundings is None:
+        bounds = {"topic": topic.id, "through": through_id}
+        row = uow.session.connection().execute(_SURROUNDINGS, bounds).one()
+        surroundings = Surroundings(row.first_user_message, row.notes, row.rows_through)
     request = read_transcript(
         uow=uow,
         topic_id=topic.id,

@@ -9,6 +9,7 @@ Redis is back, without a restart.
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 import uuid
@@ -17,7 +18,9 @@ from collections.abc import Callable
 from functools import partial
 
 import pytest
+from kombu import Connection, Exchange, Message, Queue
 
+from shared.broker import Transport
 from tests.faults.conftest import new_api_key, report
 from tests.faults.db import (
     evaluations_per_topic,
@@ -211,3 +214,34 @@ def test_a_job_in_flight_when_redis_restarts_does_not_end_the_worker(
         lambda: any(t.id == topic and t.summarized for t in topics_of(fresh_database, org)),
         timeout=30, interval=0.5, what="a summary by the same worker after the restart",
     )  # fmt: skip
+
+
+@pytest.mark.faults
+def test_a_consumer_whose_every_ack_failed_while_redis_was_down_reconnects(
+    private_redis: PrivateRedis,
+) -> None:
+    """What the load test above caught one run in three: every task running when Redis
+    went away failed its ack, so every prefetch slot stayed taken, the full consumer
+    never read the dead connection again, and the worker idled for good. The failed ack
+    marks the broker lost; the next poll raises the connection error celery reconnects on."""
+    name = f"acks-{uuid.uuid4().hex[:8]}"
+    queue = Queue(name, Exchange(name), routing_key=name)
+    received: list[Message] = []
+    with Connection(private_redis.url, transport=Transport) as connection:
+        with connection.Producer() as producer:
+            producer.publish({"n": 1}, exchange=queue.exchange, routing_key=name, declare=[queue])
+        consumer = connection.Consumer(
+            [queue], callbacks=[lambda _body, message: received.append(message)], prefetch_count=1
+        )
+        with consumer:
+            connection.drain_events(timeout=2.0)  # the one slot is taken
+            [message] = received
+
+            private_redis.kill()
+            message.ack_log_error(logging.getLogger(__name__), connection.connection_errors)
+            assert not message.acknowledged  # as celery's "Couldn't ack" leaves it
+            private_redis.start()
+
+            with pytest.raises(connection.connection_errors) as raised:
+                connection.drain_events(timeout=2.0)
+            assert "an ack failed" in str(raised.value)

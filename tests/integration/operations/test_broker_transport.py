@@ -86,3 +86,25 @@ def test_other_polls_keep_their_timeout(
         assert polls == [timeout]
         received[0].ack()
         queue(connection).delete()
+
+
+def test_a_channel_shares_one_client_for_its_acks_until_its_pool_is_replaced(
+    broker_url: str,
+) -> None:
+    """kombu builds a redis-py client for every ack and reservation; ours builds one per
+    connection pool, and a new one once a reconnect replaced the pool."""
+    with Connection(broker_url, transport=Transport) as connection:
+        channel: Any = connection.default_channel
+        first = channel._create_client()
+        assert channel._create_client() is first
+        assert first.ping()
+        # The async client (the consumer's BRPOP) is kombu's, one per call as before.
+        assert channel._create_client(asynchronous=True) is not channel._create_client(
+            asynchronous=True
+        )
+
+        channel._disconnect_pools()  # what kombu does when the connection is lost
+        again = channel._create_client()
+        assert again is not first
+        assert again.connection_pool is channel.pool
+        assert again.ping()

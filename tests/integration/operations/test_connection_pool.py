@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from freezegun import freeze_time
-from sqlalchemy import select, text
+from sqlalchemy import event, select, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -115,3 +115,36 @@ def test_a_connection_back_from_a_request_just_now_is_not_pinged_again(
             assert _backend_pid(engine) != dead  # SQLAlchemy replaced it
     finally:
         engine.dispose()
+
+
+def test_a_bounded_transaction_sends_its_bounds_with_its_first_statement(
+    database_url: str,
+) -> None:
+    """The SET LOCALs cost no round trip of their own: they go in front of the
+    transaction's first statement, once; an executemany gets them sent before it."""
+    bounded = make_engine(database_url, pool_size=1, max_overflow=0)
+    bound_transactions(bounded, lock_timeout_s=0.2, statement_timeout_s=0.5)
+    sent: list[str] = []
+    event.listen(
+        bounded, "after_cursor_execute", lambda _c, _cur, statement, *_rest: sent.append(statement)
+    )
+    try:
+        with bounded.begin() as connection:
+            assert connection.exec_driver_sql("SHOW statement_timeout").scalar() == "500ms"
+            assert connection.exec_driver_sql("SHOW lock_timeout").scalar() == "200ms"
+        assert len(sent) == 2
+        assert sent[0].startswith("SET LOCAL lock_timeout = '200ms';")
+        assert sent[0].endswith("; SHOW statement_timeout")
+        assert sent[1] == "SHOW lock_timeout"
+
+        sent.clear()
+        with bounded.begin() as connection:
+            connection.exec_driver_sql("CREATE TEMPORARY TABLE bounded_rows (n int)")
+        with bounded.begin() as connection:  # a transaction that starts with executemany
+            connection.exec_driver_sql(
+                "INSERT INTO bounded_rows (n) VALUES (%(n)s)", [{"n": 1}, {"n": 2}]
+            )
+            assert connection.exec_driver_sql("SHOW statement_timeout").scalar() == "500ms"
+            assert connection.exec_driver_sql("SELECT count(*) FROM bounded_rows").scalar() == 2
+    finally:
+        bounded.dispose()
