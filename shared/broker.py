@@ -134,7 +134,7 @@ class Transport(kombu_redis.Transport):
     Channel = Channel
 
     def drain_events(self, connection: Any, timeout: float | None = None, **kwargs: Any) -> Any:
-        if any(channel.broker_lost for channel in self.channels or []):
+        if self._broker_lost():
             raise RedisConnectionError("an ack failed: the broker connection was lost")
         # A consumer whose prefetch slots are all taken stops reading the queue until an
         # ack frees one. Without an event loop (the gevent and threads pools: celery's
@@ -146,6 +146,10 @@ class Transport(kombu_redis.Transport):
         if timeout is not None and self._polls_for_a_consumer():
             timeout = min(timeout, FULL_POLL_S if self._every_slot_taken() else IDLE_POLL_S)
         return super().drain_events(connection, timeout=timeout, **kwargs)
+
+    def _broker_lost(self) -> bool:
+        channels: list[Any] = self.channels or []
+        return any(channel.broker_lost for channel in channels)
 
     def _polls_for_a_consumer(self) -> bool:
         options: dict[str, Any] = getattr(self.client, "transport_options", None) or {}
