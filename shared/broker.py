@@ -108,8 +108,8 @@ class Channel(kombu_redis.Channel):
     QoS = QoS
     # Set by QoS when an ack failed on a connection error; read by Transport.
     broker_lost = False
-    # The client last built over `pool` (below), with that pool.
-    _shared_client: tuple[Any, Any] | None = None
+    # The redis-py client the channel's acks and reservations share (below).
+    _shared_client: Any = None
 
     def _connparams(self, asynchronous: bool = False) -> Any:
         if self.connection.client is None:
@@ -124,10 +124,10 @@ class Channel(kombu_redis.Channel):
         # until the channel replaces its pool (after a reconnect).
         if asynchronous:
             return super()._create_client(asynchronous=True)
-        pool = self.pool
-        if self._shared_client is None or self._shared_client[0] is not pool:
-            self._shared_client = (pool, super()._create_client())
-        return self._shared_client[1]
+        client = self._shared_client
+        if client is None or client.connection_pool is not self.pool:
+            client = self._shared_client = super()._create_client()
+        return client
 
 
 class Transport(kombu_redis.Transport):

@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, bindparam, func, select
+from sqlalchemy import ColumnElement, Select, bindparam, func, select
 from sqlalchemy.orm import InstrumentedAttribute
 
 from shared.curation.rules import summarizer_decides
@@ -84,14 +84,16 @@ def _surrounding_columns(through: ColumnElement[Any] | InstrumentedAttribute[Any
         .order_by(Message.id)
         .limit(1)
     )
-    rows_through = select(func.count()).where(
-        Message.topic_id == bindparam("topic"), Message.id <= through
-    )
     return [
         first_user_message.scalar_subquery().label("first_user_message"),
         ACTIVE_NOTES_TEXT.scalar_subquery().label("notes"),
-        rows_through.scalar_subquery().label("rows_through"),
+        _rows_up_to(through).scalar_subquery().label("rows_through"),
     ]
+
+
+def _rows_up_to(through: ColumnElement[Any] | InstrumentedAttribute[Any]) -> Select[Any]:
+    """How many of the topic bound as `topic`'s messages have an id up to `through`."""
+    return select(func.count()).where(Message.topic_id == bindparam("topic"), Message.id <= through)
 
 
 # The summary job's reads, built once and run as plain rows: a worker runs them hundreds
@@ -103,9 +105,7 @@ _HEAD_AND_SURROUNDINGS = select(
     *_surrounding_columns(Topic.last_message_id),
 ).where(Topic.id == bindparam("topic"))
 _SURROUNDINGS = select(*_surrounding_columns(bindparam("through")))
-_ROWS_THROUGH = select(func.count()).where(
-    Message.topic_id == bindparam("topic"), Message.id <= bindparam("through")
-)
+_ROWS_THROUGH = _rows_up_to(bindparam("through"))
 
 
 def is_summary_current(topic: Topic | TopicHead) -> bool:
