@@ -183,10 +183,11 @@ class Processes:
         self, env: Mapping[str, str], port: int, *, workers: int = 2,
         worker_connections: int = 1000, wait: bool = True,
     ) -> Child:  # fmt: skip
-        # gunicorn's gevent worker, as the Procfile runs it.
+        # gunicorn's gevent worker taking connections in turn, as the Procfile runs it.
         argv = [
             str(BIN / "gunicorn"), "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
-            "--worker-class", "gevent", "--worker-connections", str(worker_connections),
+            "--worker-class", "web.server.FairGeventWorker",
+            "--worker-connections", str(worker_connections),
             "--timeout", "60", "web.app:create_app()",
         ]  # fmt: skip
         child = self.spawn("web", argv, env, ready=lambda _: _answers_http(port))

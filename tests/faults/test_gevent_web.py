@@ -5,12 +5,15 @@
 - A request waiting for PostgreSQL (psycopg2 patched by psycogreen, web/app.py) does not
   stop the process: /healthz answers while new sessions wait on a lock, and more of
   them than the pool has connections wait for one instead of failing.
+- A client that always has its next request waiting (pipelining) is answered in turn
+  with the process's other connections, not before all of them (web/server.py).
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import socket
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -155,3 +158,47 @@ def _waiting_on_locks(database_url: str) -> int:
             return int(count)
     finally:
         connection.close()
+
+
+PIPELINED = 100
+HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: driftless\r\n\r\n"
+
+
+@pytest.mark.faults
+def test_a_pipelining_client_is_answered_in_turn_with_the_other_connections(
+    web: tuple[Api, str],
+) -> None:
+    api, _ = web
+    fast, other = (socket.create_connection(("127.0.0.1", api.port), TIMEOUT_S) for _ in "ab")
+    with fast, other:
+        for connection in (fast, other):  # both accepted, their greenlets waiting to read
+            connection.sendall(HEALTHZ)
+            assert _answers(connection, 1) == 1
+        fast.sendall(HEALTHZ * PIPELINED)
+        answered_first = _answers(fast, 1)  # its greenlet is answering them now
+        other.sendall(HEALTHZ)
+        assert _answers(other, 1) == 1
+        # What `fast` has been sent so far. gunicorn's stock gevent worker answers all
+        # of its pipelined requests first: the next one is always there to read, so its
+        # greenlet never yields (PIPELINED of PIPELINED, checked against the stock class).
+        fast.setblocking(False)
+        answered_first += _answers(fast, PIPELINED, wait=False)
+        report(f"pipelined requests answered before the other connection's: {answered_first}")
+        assert answered_first < PIPELINED
+
+
+def _answers(connection: socket.socket, most: int, *, wait: bool = True) -> int:
+    """Read up to `most` whole /healthz answers (each ends with its JSON body and a
+    newline); without `wait`, only those already received."""
+    received = b""
+    while received.count(b"HTTP/1.1 200") < most or not received.endswith(b"}\n"):
+        try:
+            chunk = connection.recv(65536)
+        except BlockingIOError:
+            if wait:
+                raise
+            break
+        if not chunk:
+            break
+        received += chunk
+    return received.count(b"HTTP/1.1 200")
