@@ -107,7 +107,10 @@ def _finite_float(text: str) -> float:
 def loads_checked(text: str, *, limits: Limits) -> Any:
     """`json.loads` for input from outside: too deep or non-finite numbers are Invalid;
     malformed JSON raises ValueError as `json.loads` does."""
-    if raw_json_depth(text) > limits.max_json_depth:
+    # A document cannot nest deeper than it has opening brackets: two C-speed counts
+    # spare the common body (a chat message, a handful of brackets) the full scan.
+    openers = text.count("[") + text.count("{")
+    if openers > limits.max_json_depth and raw_json_depth(text) > limits.max_json_depth:
         raise Invalid(
             f"body: nested deeper than {limits.max_json_depth} levels (DRIFTLESS_MAX_JSON_DEPTH)"
         )

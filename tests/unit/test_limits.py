@@ -207,3 +207,9 @@ def test_loads_checked_raises_value_error_for_malformed_json(text: str) -> None:
     with pytest.raises(ValueError) as raised:
         loads_checked(text, limits=LIMITS)
     assert not isinstance(raised.value, Invalid)
+
+
+def test_loads_checked_accepts_more_brackets_than_the_depth_limit_when_none_nest_deep() -> None:
+    # Past the limit's number of brackets the full scan runs (the count is only a bound).
+    flat = json.dumps([[i] for i in range(1000)])
+    assert loads_checked(flat, limits=LIMITS) == json.loads(flat)
