@@ -45,7 +45,8 @@ def test_the_post_commits_as_its_statement_returns_with_no_transaction_left_open
         uow.one_statement()
         batch = [NewMessage("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(10)]
         posted = post_messages(uow=uow, org_id=org_id, session_id=sid, messages=batch)
-        dbapi = uow.session.connection().connection.dbapi_connection
+        assert not uow.session.in_transaction()  # a Core connection of its own ran it
+        dbapi = uow.connection().connection.dbapi_connection
         assert dbapi is not None
         # No BEGIN was sent, so nothing is open; another connection already sees the rows.
         assert dbapi.get_transaction_status() == TRANSACTION_STATUS_IDLE
@@ -108,5 +109,27 @@ def test_inside_an_outer_transaction_one_statement_stays_in_it(uow: UnitOfWork) 
     stays in it (and is rolled back with the test)."""
     with uow:
         uow.one_statement()
-        dbapi = uow.session.connection().connection.dbapi_connection
+        assert uow.connection() is uow.session.connection()
+        dbapi = uow.connection().connection.dbapi_connection
         assert dbapi is not None and not dbapi.autocommit
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_what_the_session_began_after_the_statement_is_committed_with_the_unit(
+    committed_factory: sessionmaker[Session], commit: bool
+) -> None:
+    """The statement ran outside the ORM session; a write through the session afterwards
+    is a transaction of its own, kept by `commit()` and by nothing else."""
+    org_id, sid = committed_session(committed_factory)
+    with UnitOfWork(committed_factory, RecordingQueue()) as uow:
+        uow.one_statement()
+        post_messages(uow=uow, org_id=org_id, session_id=sid, messages=[NewMessage("user", "a")])
+        uow.session.execute(
+            text("UPDATE topics SET title = 'renamed' WHERE session_id = :sid"), {"sid": sid}
+        )
+        if commit:
+            uow.commit()
+    with committed_factory() as db:
+        title = db.scalar(text("SELECT title FROM topics WHERE session_id = :sid"), {"sid": sid})
+    assert (title == "renamed") is commit
+    assert _stored(committed_factory, sid) == 1  # the statement committed on its own
