@@ -57,14 +57,14 @@ def main() -> None:
     host = machine()
     env = bench_env(args.admin_database_url)
     each = args.messages // args.clients
-    with web_server(env, args.server) as (port, _):
+    with web_server(env, args.server) as (port, server):
         singles = run_phase(
-            "1 message per request", port,
+            "1 message per request", server, port,
             [post_message(env.org_key, s) for s in make_sessions(env, args.clients)],
             per_client=each, warmup=5,
         )  # fmt: skip
         batches = run_phase(
-            f"batches of {args.batch}", port,
+            f"batches of {args.batch}", server, port,
             [post_batch(env.org_key, s, args.batch) for s in make_sessions(env, args.clients)],
             per_client=max(1, each // args.batch), warmup=1,
         )  # fmt: skip

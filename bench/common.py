@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import redis
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -176,3 +177,10 @@ def describe(samples_ms: list[float]) -> str:
         f"p50 {percentile(samples_ms, 0.5):7.2f} ms   p95 {percentile(samples_ms, 0.95):7.2f} ms"
         f"   mean {statistics.fmean(samples_ms):7.2f} ms   n={len(samples_ms)}"
     )
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process and all its descendants have used so far."""
+    root = psutil.Process(pid)
+    times = [p.cpu_times() for p in [root, *root.children(recursive=True)]]
+    return sum(t.user + t.system for t in times)

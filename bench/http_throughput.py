@@ -47,6 +47,7 @@ from bench.common import (
     Subprocess,
     arguments,
     bench_env,
+    cpu_seconds,
     machine,
     percentile,
     subprocess_running,
@@ -74,6 +75,12 @@ class Phase:
     latencies_ms: list[float]
     elapsed_s: float
     reconnects: int  # connections the server had closed, reopened (see STALE)
+    server_cpu_s: float  # user + system CPU of the web's processes while it ran
+
+    @property
+    def cpu_ms_per_request(self) -> float:
+        """The web's own CPU per request: steadier than req/s on a host whose speed drifts."""
+        return self.server_cpu_s * 1000 / len(self.latencies_ms)
 
     @property
     def rps(self) -> float:
@@ -116,15 +123,24 @@ def _expect(connection: http.client.HTTPConnection, status: int) -> None:
 
 
 def run_phase(
-    name: str, port: int, requests: list[Request], *, per_client: int, warmup: int
-) -> Phase:
+    name: str, server: Subprocess, port: int, requests: list[Request], *, per_client: int,
+    warmup: int, offered_rps: float | None = None,
+) -> Phase:  # fmt: skip
     """One thread and one keep-alive connection per client; all start together.
+
+    Each client sends its next request as soon as it has the answer (the server's
+    saturation), or, with `offered_rps`, on a schedule: the clients together offer that
+    many requests a second, and a request's latency counts from when it was due, not
+    from when a late client got round to sending it (no coordinated omission).
 
     The clients' own objects are frozen first (shared/heap.py): a full collection of
     this process stops all its client threads at once, which read as the server's p99.
     """
     freeze_startup_objects()
-    start = threading.Barrier(len(requests) + 1)
+    started: list[float] = []
+    start = threading.Barrier(len(requests) + 1, action=lambda: started.append(time.perf_counter()))
+    # With a schedule, client i sends at started + (n + i / clients) * interval.
+    interval_s = len(requests) / offered_rps if offered_rps else None
     latencies: list[list[float]] = [[] for _ in requests]
     finished: list[float] = []
     errors: list[BaseException] = []
@@ -150,8 +166,12 @@ def run_phase(
             # Waiting at the barrier may outlast gunicorn's keep-alive (2 s): start afresh.
             connection.close()
             connection.connect()
-            for number in range(warmup, warmup + per_client):
+            for n, number in enumerate(range(warmup, warmup + per_client)):
                 began = time.perf_counter()
+                if interval_s is not None:
+                    due = started[0] + (n + index / len(requests)) * interval_s
+                    time.sleep(max(0.0, due - began))
+                    began = due
                 send(connection, request, number)
                 latencies[index].append((time.perf_counter() - began) * 1000)
         except BaseException as exc:
@@ -170,13 +190,18 @@ def run_phase(
         thread.start()
     with contextlib.suppress(threading.BrokenBarrierError):  # a client failed: see below
         start.wait()
-    began = time.perf_counter()
+    began, cpu_before = time.perf_counter(), cpu_seconds(server.process.pid)
     for thread in threads:
         thread.join()
+    server_cpu_s = cpu_seconds(server.process.pid) - cpu_before
     if errors:
         raise SystemExit(f"{name}: a client failed: {errors[0]!r}")
     return Phase(
-        name, [ms for per in latencies for ms in per], max(finished) - began, reconnects[0]
+        name,
+        [ms for per in latencies for ms in per],
+        max(finished) - began,
+        reconnects[0],
+        server_cpu_s,
     )
 
 
@@ -250,6 +275,13 @@ def web_server(env: BenchEnv, server: str) -> Iterator[tuple[int, Subprocess]]:
         process.check_alive("gunicorn")
 
 
+def _print_phase(server: str, round_name: str, phase: Phase) -> None:
+    print(
+        f"  {server:<9} {round_name:>5} {phase.name:<42} {phase.rps:9.1f} {phase.p(0.5):9.2f}"
+        f" {phase.p(0.99):9.2f} {phase.reconnects:>7} {phase.cpu_ms_per_request:15.3f}"
+    )
+
+
 def servers(choice: str) -> list[str]:
     return list(SERVERS) if choice == "both" else [choice]
 
@@ -263,6 +295,10 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=3, help="healthz then messages, this many times over"
     )
+    parser.add_argument(
+        "--paced-share", type=float, default=0.6,
+        help="then messages offered at this share of the median round's rate (0: skip)",
+    )  # fmt: skip
     args = parser.parse_args()
     host = machine()
     env = bench_env(args.admin_database_url)
@@ -272,41 +308,48 @@ def main() -> None:
     )
     print(
         f"  {'server':<9} {'round':>5} {'route':<42} {'req/s':>9} {'p50 ms':>9} {'p99 ms':>9}"
-        f" {'reconn':>7}"
+        f" {'reconn':>7} {'web CPU ms/req':>15}"
     )
     results = []
     for server in servers(args.server):
         sessions = make_sessions(env, args.clients)
         rounds: list[Round] = []
-        with web_server(env, server) as (port, _):
+        with web_server(env, server) as (port, process):
             for number in range(1, args.rounds + 1):
                 health = run_phase(
-                    "GET /healthz", port, [healthz] * args.clients,
+                    "GET /healthz", process, port, [healthz] * args.clients,
                     per_client=args.requests, warmup=args.warmup,
                 )  # fmt: skip
                 messages = run_phase(
-                    "POST /agents-api/sessions/{id}/messages", port,
+                    "POST /agents-api/sessions/{id}/messages", process, port,
                     [post_message(env.org_key, s) for s in sessions],
                     per_client=args.requests, warmup=args.warmup,
                 )  # fmt: skip
                 rounds.append(Round(health, messages))
-                for phase in (health, messages):
-                    print(
-                        f"  {server:<9} {number:>5} {phase.name:<42} {phase.rps:9.1f}"
-                        f" {phase.p(0.5):9.2f} {phase.p(0.99):9.2f} {phase.reconnects:>7}"
-                    )
-        middle = sorted(rounds, key=lambda r: r.ratio)[(len(rounds) - 1) // 2]  # the median
+                _print_phase(server, str(number), health)
+                _print_phase(server, str(number), messages)
+            middle = sorted(rounds, key=lambda r: r.ratio)[(len(rounds) - 1) // 2]  # the median
+            paced = None
+            if args.paced_share > 0:  # latency below saturation, where a service runs
+                offered = args.paced_share * middle.messages.rps
+                paced = run_phase(
+                    f"POST …/messages offered {offered:.0f}/s", process, port,
+                    [post_message(env.org_key, s) for s in sessions],
+                    per_client=args.requests, warmup=args.warmup, offered_rps=offered,
+                )  # fmt: skip
+                _print_phase(server, "paced", paced)
         print(f"  {server:<9} {'all':>5} {'ratio messages ÷ healthz, per round':<42}", end="")
         print("  " + ", ".join(f"{r.ratio:.3f}" for r in rounds) + f"  (median {middle.ratio:.3f})")
-        results.append((server, middle))
+        results.append((server, middle, paced))
     waiting = redis.Redis.from_url(env.broker_url).llen(LLM_QUEUE)
-    posted = len(results) * args.rounds * args.clients * (args.requests + args.warmup)
+    message_phases = args.rounds + (1 if args.paced_share > 0 else 0)
+    posted = len(results) * message_phases * args.clients * (args.requests + args.warmup)
     print(
         f"  heartbeat jobs waiting in the broker's '{LLM_QUEUE}' queue (no worker runs):"
         f" {waiting} for {posted} messages"
     )
     fields = [f"clients={args.clients}", f"rounds={args.rounds}", f"broker_jobs={waiting}"]
-    for server, middle in results:  # the median round's numbers
+    for server, middle, paced in results:  # the median round's numbers
         health, messages = middle.health, middle.messages
         fields += [
             f"{server}_healthz_rps={health.rps:.1f}",
@@ -314,8 +357,16 @@ def main() -> None:
             f"{server}_messages_rps={messages.rps:.1f}",
             f"{server}_messages_p50_ms={messages.p(0.5):.2f}",
             f"{server}_messages_p99_ms={messages.p(0.99):.2f}",
+            f"{server}_healthz_cpu_ms={health.cpu_ms_per_request:.3f}",
+            f"{server}_messages_cpu_ms={messages.cpu_ms_per_request:.3f}",
             f"{server}_rps_ratio={middle.ratio:.3f}",
         ]
+        if paced is not None:
+            fields += [
+                f"{server}_paced_rps={paced.rps:.1f}",
+                f"{server}_paced_p50_ms={paced.p(0.5):.2f}",
+                f"{server}_paced_p99_ms={paced.p(0.99):.2f}",
+            ]
     print("http_throughput " + " ".join(fields))
 
 

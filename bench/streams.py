@@ -56,6 +56,7 @@ from bench.common import (
     BenchEnv,
     arguments,
     bench_env,
+    cpu_seconds,
     machine,
     percentile,
     subprocess_running,
@@ -325,12 +326,6 @@ def probing(port: int, every_s: float = 0.02) -> Iterator[list[float]]:
         yield latencies
 
 
-def server_cpu_s(master_pid: int) -> float:
-    """CPU seconds (user + system) the server's processes have used so far."""
-    processes = [psutil.Process(master_pid), *psutil.Process(master_pid).children()]
-    return sum(p.cpu_times().user + p.cpu_times().system for p in processes)
-
-
 @dataclass(frozen=True)
 class Run:
     name: str
@@ -360,24 +355,20 @@ def run_command(
             with draining(opened.streams) as seen:
                 time.sleep(1.0)  # the server settles (log lines, first pings)
                 shape = server_shape(server.process.pid, port, env.redis)
-                cpu, idle_began = server_cpu_s(server.process.pid), time.monotonic()
+                cpu, idle_began = cpu_seconds(server.process.pid), time.monotonic()
                 time.sleep(IDLE_S)
-                idle_cpu = (server_cpu_s(server.process.pid) - cpu) / (
-                    time.monotonic() - idle_began
-                )
+                idle_cpu = (cpu_seconds(server.process.pid) - cpu) / (time.monotonic() - idle_began)
                 health = run_phase(
-                    "GET /healthz", port, [healthz] * clients, per_client=requests, warmup=10
-                )
-                cpu = server_cpu_s(server.process.pid)
+                    "GET /healthz", server, port, [healthz] * clients, per_client=requests,
+                    warmup=10,
+                )  # fmt: skip
                 with probing(port) as probed:
                     messages = run_phase(
-                        "POST …/messages", port,
+                        "POST …/messages", server, port,
                         [post_message(env.org_key, s) for s in posters[:clients]],
                         per_client=requests, warmup=10,
                     )  # fmt: skip
-                cpu_ms_per_post = (
-                    (server_cpu_s(server.process.pid) - cpu) * 1000 / (clients * (requests + 10))
-                )
+                cpu_ms_per_post = messages.cpu_ms_per_request  # the probes' share included
                 server.check_alive(name)
         finally:
             for stream in opened.streams:

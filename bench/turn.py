@@ -80,12 +80,12 @@ def main() -> None:
     host = machine()
     env = bench_env(args.admin_database_url)
     phases: list[Phase] = []
-    with web_server(env, args.server) as (port, _):
+    with web_server(env, args.server) as (port, server):
         for name, way in (("3 round trips", three_trips), ("1 round trip", one_trip)):
             sessions = make_sessions(env, args.clients)
             requests = [way(env.org_key, s) for s in sessions]
             phases.append(
-                run_phase(name, port, requests, per_client=args.turns, warmup=args.warmup)
+                run_phase(name, server, port, requests, per_client=args.turns, warmup=args.warmup)
             )
     print(
         f"bench/turn: {args.clients} clients x {args.turns} turns (after {args.warmup} warm-up)"

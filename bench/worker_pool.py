@@ -43,6 +43,7 @@ from bench.common import (
     Subprocess,
     arguments,
     bench_env,
+    cpu_seconds,
     machine,
     subprocess_running,
     wait_until,
@@ -174,13 +175,6 @@ def memory_of(pid: int) -> tuple[float, float]:
     return sum(i.rss for i in infos) / 2**20, sum(i.pss for i in infos) / 2**20
 
 
-def cpu_of(pid: int) -> float:
-    """User + system CPU seconds of a process tree so far."""
-    root = psutil.Process(pid)
-    times = [p.cpu_times() for p in [root, *root.children(recursive=True)]]
-    return sum(t.user + t.system for t in times)
-
-
 def worker_answers(app: Celery, name: str) -> bool:
     replies = app.control.ping(destination=[name], timeout=0.5)
     return bool(replies)
@@ -212,12 +206,12 @@ def run(
             env, queue, warmup, worker, what=f"{config.label}: warm-up", per_job_s=latency_s
         )
         calls_before = fake.calls
-        cpu_before = cpu_of(worker.process.pid)
+        cpu_before = cpu_seconds(worker.process.pid)
         started = dt.datetime.now(dt.UTC)
         send_and_wait(
             env, queue, jobs, worker, what=f"{config.label}: summaries", per_job_s=latency_s
         )
-        cpu_s = cpu_of(worker.process.pid) - cpu_before
+        cpu_s = cpu_seconds(worker.process.pid) - cpu_before
         rss_mib, pss_mib = memory_of(worker.process.pid)
     elapsed = (last_finish(env, topic_ids) - started).total_seconds()
     calls = fake.calls - calls_before
