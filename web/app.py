@@ -43,7 +43,7 @@ BEARER_SCHEME: dict[str, Any] = {"bearer": {"type": "http", "scheme": "bearer"}}
 
 
 def _cooperative_database() -> None:
-    """Under gevent (the Procfile's `--worker-class gevent`), psycopg2 waits for
+    """Under gevent (the Procfile's `--worker-class web.server.FairGeventWorker`), psycopg2 waits for
     PostgreSQL by yielding to the other greenlets instead of blocking the process.
 
     gunicorn's worker monkey-patches the standard library before it loads the app, so

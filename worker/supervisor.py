@@ -64,7 +64,8 @@ def _commands(settings: Settings) -> dict[str, list[str]]:
             # No control socket: nothing here uses it, and gunicorn's default path
             # (~/.gunicorn/gunicorn.ctl) is one per user, taken over by each system started.
             str(bin_dir / "gunicorn"), "--bind", f"127.0.0.1:{settings.port}",
-            "--workers", "2", "--worker-class", "gevent", "--worker-connections", "1000",
+            "--workers", "2", "--worker-class", "web.server.FairGeventWorker",
+            "--worker-connections", "1000",
             "--no-control-socket", "web.app:create_app()",
         ],
         "worker": [
