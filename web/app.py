@@ -43,8 +43,9 @@ BEARER_SCHEME: dict[str, Any] = {"bearer": {"type": "http", "scheme": "bearer"}}
 
 
 def _cooperative_database() -> None:
-    """Under gevent (the Procfile's `--worker-class web.server.FairGeventWorker`), psycopg2 waits for
-    PostgreSQL by yielding to the other greenlets instead of blocking the process.
+    """Under gevent (the Procfile's `--worker-class web.server.FairGeventWorker`),
+    psycopg2 waits for PostgreSQL by yielding to the other greenlets instead of blocking
+    the process.
 
     gunicorn's worker monkey-patches the standard library before it loads the app, so
     this runs after the patching and before the engine's first connection.

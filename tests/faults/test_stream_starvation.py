@@ -3,11 +3,11 @@
 Before [2.1], 20 idle `GET …/events` from one org took every thread of the web tier
 (2 workers × 8 threads) and /healthz and every other org's calls waited 30 s. Since
 [2.3] the web runs gunicorn's gevent worker (the Procfile's `--worker-class
-web.server.FairGeventWorker --worker-connections 1000`): an open stream holds a greenlet and a connection slot, not
-a thread, and a process admits streams into three quarters of its connections only, so
-ordinary requests always find room. An org never holds more than
-`DRIFTLESS_MAX_STREAMS_PER_ORG` streams across the fleet; what is refused is refused at
-once, with 429 and a Retry-After.
+web.server.FairGeventWorker --worker-connections 1000`): an open stream holds a
+greenlet and a connection slot, not a thread, and a process admits streams into three
+quarters of its connections only, so ordinary requests always find room. An org never
+holds more than `DRIFTLESS_MAX_STREAMS_PER_ORG` streams across the fleet; what is
+refused is refused at once, with 429 and a Retry-After.
 
 - `default`: org A gets exactly its limit (20) and 30 × `too_many_streams`, wherever its
   requests land; the tier (2 × 750 stream slots) has room to spare, so org B opens a
