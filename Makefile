@@ -12,11 +12,12 @@ INSTALLED := $(VENV)/.installed
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F ':.*?## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-install: $(INSTALLED) ## Create the virtualenv and install driftless with its dev tools
+install: $(INSTALLED) ## Create the virtualenv and install driftless, its dev tools and the client
 
-$(INSTALLED): pyproject.toml
+$(INSTALLED): pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[dev,embedded]"
+	$(BIN)/pip install --quiet --disable-pip-version-check -e ./client
 	touch $@
 
 run: install ## Start web, worker and beat (embedded PostgreSQL/Redis unless DATABASE_URL/REDIS_URL are set)
@@ -28,10 +29,11 @@ test: install ## Run the whole suite on real PostgreSQL, Redis and a real Celery
 test-unit: install ## Only the pure unit tests (no services needed)
 	$(BIN)/pytest tests/unit
 
-lint: install ## ruff, mypy (strict on shared/), import contracts
+lint: install ## ruff, mypy (strict on shared/ and the client), import contracts
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy --strict shared
+	$(BIN)/mypy --strict client/driftless_client
 	$(BIN)/mypy web worker bench
 	$(BIN)/lint-imports
 

@@ -65,14 +65,25 @@ def redis_base_url() -> str:
 
 def recreate_database(admin_url: str, name: str) -> str:
     """Drop and create database `name` on the admin URL's server; returns its URL."""
+    _as_admin(admin_url, _DROP.format(sql.Identifier(name)), _CREATE.format(sql.Identifier(name)))
+    return make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_database(admin_url: str, name: str) -> None:
+    """Drop database `name`, whoever is still connected to it."""
+    _as_admin(admin_url, _DROP.format(sql.Identifier(name)))
+
+
+_DROP = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+_CREATE = sql.SQL("CREATE DATABASE {}")
+
+
+def _as_admin(admin_url: str, *statements: sql.Composable) -> None:
     connection = psycopg2.connect(admin_url)
-    connection.autocommit = True
+    connection.autocommit = True  # CREATE and DROP DATABASE refuse a transaction
     try:
         with connection.cursor() as cursor:
-            cursor.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-            cursor.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            for statement in statements:
+                cursor.execute(statement)
     finally:
         connection.close()
-    return make_url(admin_url).set(database=name).render_as_string(hide_password=False)

@@ -13,9 +13,7 @@ import uuid
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
-import psycopg2
 import pytest
-from psycopg2 import sql
 
 from shared.auth.service import create_api_key
 from shared.db.engine import make_engine, make_session_factory
@@ -92,19 +90,7 @@ def fresh_database(request: pytest.FixtureRequest) -> Iterator[str]:
     url = services.recreate_database(admin, name)
     upgrade(url)
     yield url
-    _drop_database(admin, name)
-
-
-def _drop_database(admin_url: str, name: str) -> None:
-    connection = psycopg2.connect(admin_url)
-    connection.autocommit = True
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-    finally:
-        connection.close()
+    services.drop_database(admin, name)
 
 
 @pytest.fixture

@@ -1,0 +1,296 @@
+"""Every operation of the API, once: each method builds its request as a `Call` (method,
+path, query, body) and hands it to the client's `_call`, which sends it. `Client`
+answers with the dict, `AsyncClient` with a coroutine of it (the type parameters).
+
+Names: reads are the noun (`session`, `messages`, `memory`), writes the verb
+(`create_session`, `post_messages`, `set_memory_state`). Arguments are snake_case; the
+JSON sent and the dicts answered are the API's, camelCase, unchanged.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+from urllib.parse import quote
+
+import httpx
+
+from ._errors import ApiError
+from ._version import __version__
+
+API_PREFIX = "/agents-api"
+USER_AGENT = f"driftless-client/{__version__}"
+DEFAULT_TIMEOUT_S = 10.0
+
+JSON = dict[str, Any]
+Id = str | uuid.UUID
+Message = Mapping[str, Any]
+MemoryState = Literal["none", "promoted", "deprecated"]
+Trigger = Literal["navigation", "visibility", "disconnect", "manual"]
+
+_Answer = TypeVar("_Answer")  # what a JSON answer is returned as
+_Nothing = TypeVar("_Nothing")  # what a 204 is returned as
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request: `path` is under /agents-api with its segments already encoded; no
+    body when `json` is None."""
+
+    method: str
+    path: str
+    params: Mapping[str, str] | None = None
+    json: Any = None
+
+
+def _seg(value: Id) -> str:
+    """One path segment, percent-encoded whole: ids are opaque (`/`, `:`, `{`, spaces, …)."""
+    return quote(str(value), safe="")
+
+
+def _scope(agent_id: str, user_id: str) -> dict[str, str]:
+    return {"agentId": agent_id, "userId": user_id}
+
+
+class Operations(Generic[_Answer, _Nothing]):
+    """The API's operations; a client supplies `_call` and `_call_no_content`."""
+
+    def _call(self, call: Call) -> _Answer:
+        raise NotImplementedError
+
+    def _call_no_content(self, call: Call) -> _Nothing:
+        raise NotImplementedError
+
+    # --- agents ---------------------------------------------------------------------
+
+    def put_agent(
+        self,
+        agent_id: str,
+        soul: str = "",
+        skills: Sequence[Any] = (),
+        tools: Sequence[Mapping[str, Any]] = (),
+    ) -> _Answer:
+        """`PUT /agents/{agentId}`: create or replace the agent's profile (the stable
+        prefix's soul, skills and tools)."""
+        body = {"soul": soul, "skills": list(skills), "tools": [dict(t) for t in tools]}
+        return self._call(Call("PUT", f"/agents/{_seg(agent_id)}", json=body))
+
+    def agent(self, agent_id: str) -> _Answer:
+        """`GET /agents/{agentId}`: the agent's profile."""
+        return self._call(Call("GET", f"/agents/{_seg(agent_id)}"))
+
+    def erase_user(self, agent_id: str, user_id: str) -> _Answer:
+        """`DELETE /agents/{agentId}/users/{userId}`: erase everything held about this
+        user of this agent; `{erased: {what: count}}`."""
+        return self._call(Call("DELETE", f"/agents/{_seg(agent_id)}/users/{_seg(user_id)}"))
+
+    # --- sessions, messages, topics -------------------------------------------------
+
+    def create_session(self, agent_id: str, user_id: str) -> _Answer:
+        """`POST /sessions`: a new session, its first topic active."""
+        return self._call(Call("POST", "/sessions", json=_scope(agent_id, user_id)))
+
+    def sessions(self, agent_id: str, user_id: str) -> _Answer:
+        """`GET /sessions?agentId=&userId=`: the scope's sessions, newest first."""
+        return self._call(Call("GET", "/sessions", params=_scope(agent_id, user_id)))
+
+    def scopes(self) -> _Answer:
+        """`GET /scopes`: the org's agent + user pairs that have sessions."""
+        return self._call(Call("GET", "/scopes"))
+
+    def session(self, session_id: Id) -> _Answer:
+        """`GET /sessions/{sid}`: the session with its `topics` in creation order."""
+        return self._call(Call("GET", f"/sessions/{_seg(session_id)}"))
+
+    def post_messages(
+        self, session_id: Id, messages: Sequence[Message] | Message, context: bool = False
+    ) -> _Answer:
+        """`POST /sessions/{sid}/messages`: store messages (`{role, content, toolName?,
+        toolCallId?}`) in the active topic, in order, all or none.
+
+        A list is sent as a batch (`{messages: [...]}`, answered `{messages: [{id,
+        topicId, createdAt}], driftEvaluationEnqueued}`); a single dict as one message
+        (answered `{id, topicId, createdAt, driftEvaluationEnqueued}`). `context=True`
+        adds `context` to the answer: the assembled stack for the agent's next call,
+        after these messages (one round trip per turn).
+        """
+        body: JSON
+        if isinstance(messages, Mapping):
+            body = dict(messages)
+        else:
+            body = {"messages": [dict(m) for m in messages]}
+        params = {"context": "true"} if context else None
+        return self._call(
+            Call("POST", f"/sessions/{_seg(session_id)}/messages", params=params, json=body)
+        )
+
+    def messages(
+        self,
+        session_id: Id,
+        topic_id: Id | None = None,
+        after_id: int | None = None,
+        limit: int | None = None,
+    ) -> _Answer:
+        """`GET /sessions/{sid}/messages?topicId=&afterId=&limit=`: one page, oldest
+        first; `nextAfterId` is the `after_id` of the next page (None on the last)."""
+        params: dict[str, str] = {}
+        if topic_id is not None:
+            params["topicId"] = str(topic_id)
+        if after_id is not None:
+            params["afterId"] = str(after_id)
+        if limit is not None:
+            params["limit"] = str(limit)
+        return self._call(Call("GET", f"/sessions/{_seg(session_id)}/messages", params=params))
+
+    def create_topic(self, session_id: Id, title: str | None = None) -> _Answer:
+        """`POST /sessions/{sid}/topics`: open a new active topic; the prior one is
+        closed and its summary enqueued."""
+        body = {} if title is None else {"title": title}
+        return self._call(Call("POST", f"/sessions/{_seg(session_id)}/topics", json=body))
+
+    def evaluate(self, session_id: Id, trigger: Trigger) -> _Answer:
+        """`POST /sessions/{sid}/evaluate`: an exit trigger (`navigation`, `visibility`,
+        `disconnect`, `manual`) for the active topic; `{status: scheduled | coalesced |
+        suppressed | dropped}`."""
+        path = f"/sessions/{_seg(session_id)}/evaluate"
+        return self._call(Call("POST", path, json={"trigger": trigger}))
+
+    # --- context, working memory, tools ---------------------------------------------
+
+    def context(self, session_id: Id) -> _Answer:
+        """`GET /sessions/{sid}/context`: the assembled stack (`layers`, `messages`,
+        `tokens`, `stablePrefixHash`)."""
+        return self._call(Call("GET", f"/sessions/{_seg(session_id)}/context"))
+
+    def set_working_memory(self, session_id: Id, working_memory: Mapping[str, Any]) -> _Answer:
+        """`PUT /sessions/{sid}/working-memory`: the session's volatile working memory
+        (a small JSON object, kept with a TTL)."""
+        path = f"/sessions/{_seg(session_id)}/working-memory"
+        return self._call(Call("PUT", path, json=dict(working_memory)))
+
+    def tools(self) -> _Answer:
+        """`GET /tools`: the built-in tools as OpenAI function definitions."""
+        return self._call(Call("GET", "/tools"))
+
+    def call_tool(
+        self,
+        session_id: Id,
+        name: str,
+        arguments: Mapping[str, Any],
+        tool_call_id: str | None = None,
+    ) -> _Answer:
+        """`POST /sessions/{sid}/tools/{name}`: run a built-in tool; `{ok, result, error,
+        toolCallId}`. The call and its result are stored in the thread."""
+        body: JSON = {"arguments": dict(arguments)}
+        if tool_call_id is not None:
+            body["toolCallId"] = tool_call_id
+        path = f"/sessions/{_seg(session_id)}/tools/{_seg(name)}"
+        return self._call(Call("POST", path, json=body))
+
+    # --- topics and their curation --------------------------------------------------
+
+    def topic(self, topic_id: Id) -> _Answer:
+        """`GET /topics/{tid}`: the topic."""
+        return self._call(Call("GET", f"/topics/{_seg(topic_id)}"))
+
+    def notes(self, topic_id: Id) -> _Answer:
+        """`GET /topics/{tid}/notes`: the agent's notes of the topic."""
+        return self._call(Call("GET", f"/topics/{_seg(topic_id)}/notes"))
+
+    def set_memory_state(self, topic_id: Id, state: MemoryState) -> _Answer:
+        """`PUT /topics/{tid}/memory`: a user's curation (`none`, `promoted`,
+        `deprecated`); the topic."""
+        path = f"/topics/{_seg(topic_id)}/memory"
+        return self._call(Call("PUT", path, json={"state": state}))
+
+    def cycle_memory_state(self, topic_id: Id) -> _Answer:
+        """`POST /topics/{tid}/memory/cycle`: the topic, moved to its next memory state."""
+        return self._call(Call("POST", f"/topics/{_seg(topic_id)}/memory/cycle"))
+
+    def memory_history(self, topic_id: Id) -> _Answer:
+        """`GET /topics/{tid}/history`: the topic's memory-state changes, `{changes}`."""
+        return self._call(Call("GET", f"/topics/{_seg(topic_id)}/history"))
+
+    def evaluations(self, topic_id: Id) -> _Answer:
+        """`GET /topics/{tid}/evaluations`: the topic's drift evaluations."""
+        return self._call(Call("GET", f"/topics/{_seg(topic_id)}/evaluations"))
+
+    # --- a scope's memory and facts -------------------------------------------------
+
+    def memory(self, agent_id: str, user_id: str) -> _Answer:
+        """`GET /memory?agentId=&userId=`: the scope's cross-session memory, `{entries,
+        tokens, truncated, dropped}`."""
+        return self._call(Call("GET", "/memory", params=_scope(agent_id, user_id)))
+
+    def facts(self, agent_id: str, user_id: str) -> _Answer:
+        """`GET /facts?agentId=&userId=`: the scope's durable facts, `{facts: {key:
+        value}}`."""
+        return self._call(Call("GET", "/facts", params=_scope(agent_id, user_id)))
+
+    def merge_facts(self, agent_id: str, user_id: str, facts: Mapping[str, Any]) -> _Answer:
+        """`PUT /facts?agentId=&userId=`: create or update these entries; all the
+        scope's facts after the merge."""
+        params = _scope(agent_id, user_id)
+        return self._call(Call("PUT", "/facts", params=params, json=dict(facts)))
+
+    def delete_fact(self, agent_id: str, user_id: str, key: str) -> _Nothing:
+        """`DELETE /facts/{key}?agentId=&userId=`: remove one fact (no answer: 204)."""
+        path = f"/facts/{_seg(key)}"
+        return self._call_no_content(Call("DELETE", path, params=_scope(agent_id, user_id)))
+
+    # --- the API itself -------------------------------------------------------------
+
+    def openapi(self) -> _Answer:
+        """`GET /openapi.json`: the OpenAPI 3 document of the API."""
+        return self._call(Call("GET", "/openapi.json"))
+
+
+def events_call(session_id: Id) -> Call:
+    """`GET /sessions/{sid}/events` (each client streams it its own way)."""
+    return Call("GET", f"/sessions/{_seg(session_id)}/events")
+
+
+# --- what both clients share besides the operations ---------------------------------
+
+
+def base_url_of(base_url: str) -> str:
+    """The server's root (`http://127.0.0.1:8000`), without a trailing slash; a path
+    (a proxy's prefix) is kept."""
+    url = httpx.URL(base_url)
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
+    return str(url.copy_with(query=None, fragment=None)).rstrip("/")
+
+
+def headers_of(api_key: str) -> dict[str, str]:
+    if not api_key:
+        raise ValueError("api_key must not be empty")
+    return {
+        "Authorization": f"Bearer {api_key}",
+        "Accept": "application/json",
+        "User-Agent": USER_AGENT,
+    }
+
+
+def url_of(base_url: str, call: Call) -> str:
+    return f"{base_url}{API_PREFIX}{call.path}"
+
+
+def json_answer(response: httpx.Response) -> JSON:
+    """The answer's JSON object; ApiError for an error answer (its body read)."""
+    if not response.is_success:
+        raise ApiError.from_response(response)
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise ApiError(response.status_code, "invalid_answer", "the answer is not a JSON object")
+    return body
+
+
+def no_content(response: httpx.Response) -> None:
+    if not response.is_success:
+        raise ApiError.from_response(response)
