@@ -29,6 +29,7 @@ from shared.llm.factory import make_llm
 from shared.queue import JobQueue, RecordingQueue
 from shared.runtime import Endpoints, resolve_endpoints
 from shared.triggers.debounce import Debouncer
+from shared.usage.service import UsageLedger
 
 # A request or a CLI command must fail, not hang, when Redis is down (R29: the exit
 # triggers degrade to `dropped`); a worker waits on Redis as long as it must.
@@ -125,7 +126,13 @@ class Runtime:
     def llm(self) -> LLM:
         # The rate limit's bucket lives in the same Redis as the debounce state.
         # Every task of the process may have a call in flight (the HTTP connection pool).
-        return make_llm(self.settings, redis_client=self.redis, calls=self.tasks_per_process)
+        # Each call the provider makes is written to the usage ledger as it returns.
+        return make_llm(
+            self.settings,
+            redis_client=self.redis,
+            calls=self.tasks_per_process,
+            on_call=UsageLedger(self.unit_of_work),
+        )
 
     @cached_property
     def debouncer(self) -> Debouncer:

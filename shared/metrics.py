@@ -8,6 +8,8 @@ transaction counts nothing and a retried one counts once.
 
 from __future__ import annotations
 
+import uuid
+
 from prometheus_client import Counter, Histogram
 from sqlalchemy import event
 from sqlalchemy.orm import Session, SessionTransaction
@@ -30,6 +32,21 @@ LLM_TOKENS = Counter(
     "Tokens of answered LLM calls by model, purpose and kind (prompt, completion)",
     ["model", "purpose", "kind"],
 )
+# Per org: what operators bill or cap by. One series per org, model and outcome (or kind):
+# fine for hundreds of orgs; GET /agents-api/usage answers the same from PostgreSQL.
+LLM_ORG_CALLS = Counter(
+    "driftless_llm_org_calls_total",
+    "LLM calls by org (the label is the org's id, a UUID), model and outcome (ok, error)",
+    ["org", "model", "outcome"],
+)
+LLM_ORG_TOKENS = Counter(
+    "driftless_llm_org_tokens_total",
+    "Tokens of answered LLM calls by org (the label is the org's id, a UUID), model and"
+    " kind (prompt, completion)",
+    ["org", "model", "kind"],
+)
+# The org label of a call made for no topic (a benchmark calling the provider itself).
+NO_ORG = "none"
 # From a local server's milliseconds to a slow provider's minutes (the task limit is 300 s).
 LLM_SECONDS = Histogram(
     "driftless_llm_call_seconds",
@@ -58,6 +75,7 @@ DEBOUNCE = Counter(
 
 def record_llm_call(
     *,
+    org: uuid.UUID | None,
     model: str,
     purpose: str,
     seconds: float,
@@ -65,12 +83,18 @@ def record_llm_call(
     completion_tokens: int = 0,
     failed: bool = False,
 ) -> None:
-    """One LLM call: its outcome, its latency and (when answered) its tokens."""
-    LLM_CALLS.labels(model, purpose, "error" if failed else "ok").inc()
+    """One LLM call: its outcome, its latency and (when answered) its tokens, overall
+    and for the org it was made for."""
+    outcome = "error" if failed else "ok"
+    org_label = str(org) if org is not None else NO_ORG
+    LLM_CALLS.labels(model, purpose, outcome).inc()
+    LLM_ORG_CALLS.labels(org_label, model, outcome).inc()
     LLM_SECONDS.labels(model, purpose).observe(seconds)
     if not failed:
         LLM_TOKENS.labels(model, purpose, "prompt").inc(prompt_tokens)
         LLM_TOKENS.labels(model, purpose, "completion").inc(completion_tokens)
+        LLM_ORG_TOKENS.labels(org_label, model, "prompt").inc(prompt_tokens)
+        LLM_ORG_TOKENS.labels(org_label, model, "completion").inc(completion_tokens)
 
 
 # --- counting what a transaction did, once it committed ------------------------------

@@ -10,6 +10,7 @@ from shared.memory.versions import MemoryVersion
 from shared.notes.models import NotesDocument
 from shared.sessions.models import ChatSession, Message
 from shared.topics.models import Fork, Topic
+from shared.usage.models import LLMUsage
 
 __all__ = [
     "AgentProfile",
@@ -19,6 +20,7 @@ __all__ = [
     "Evaluation",
     "FactsDocument",
     "Fork",
+    "LLMUsage",
     "MemoryChange",
     "MemoryVersion",
     "Message",

@@ -35,6 +35,7 @@ from web.views import (
     tools,
     topics,
     triggers,
+    usage,
 )
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,7 @@ def create_app(
         triggers.bp,
         live.bp,
         erasure.bp,
+        usage.bp,
     )
     for blueprint in blueprints:
         app.register_api(blueprint)

@@ -9,6 +9,7 @@ JSON sent and the dicts answered are the API's, camelCase, unchanged.
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -239,6 +240,17 @@ class Operations(Generic[_Answer, _Nothing]):
         """`DELETE /facts/{key}?agentId=&userId=`: remove one fact (no answer: 204)."""
         path = f"/facts/{_seg(key)}"
         return self._call_no_content(Call("DELETE", path, params=_scope(agent_id, user_id)))
+
+    # --- the org's accounting -------------------------------------------------------
+
+    def usage(self, since: dt.datetime | str | None = None) -> _Answer:
+        """`GET /usage?since=`: the org's LLM calls and tokens since `since` (a `datetime`
+        with a timezone, or an ISO-8601 string; default: the last 30 days), `{since,
+        llmCalls, promptTokens, completionTokens, byModel: {model: {...}}}`."""
+        params = None
+        if since is not None:
+            params = {"since": since if isinstance(since, str) else since.isoformat()}
+        return self._call(Call("GET", "/usage", params=params))
 
     # --- the API itself -------------------------------------------------------------
 

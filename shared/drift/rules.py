@@ -7,6 +7,7 @@ these two functions, so the benchmark measures exactly what production runs.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,14 +30,17 @@ def build_drift_request(
     topic_summary: str | None,
     recent: Sequence[TranscriptLine],
     scan_back: int,
+    org_id: uuid.UUID | None = None,
 ) -> DriftRequest:
     """`recent` is the topic's newest messages, oldest first (at least `scan_back` +
-    EARLIER_CONTEXT when the topic has them): the last `scan_back` are the window."""
+    EARLIER_CONTEXT when the topic has them): the last `scan_back` are the window.
+    `org_id` is the topic's org, whose call the detection will be."""
     window = list(recent[-scan_back:])
     earlier = list(recent[:-scan_back][-EARLIER_CONTEXT:]) if len(recent) > scan_back else []
     return DriftRequest(
-        topic_title=topic_title, topic_summary=topic_summary, earlier=earlier, window=window
-    )
+        topic_title=topic_title, topic_summary=topic_summary, earlier=earlier, window=window,
+        org_id=org_id,
+    )  # fmt: skip
 
 
 def parse_drift_answer(text: str, request: DriftRequest) -> DriftDecision | None:

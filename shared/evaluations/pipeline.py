@@ -34,7 +34,7 @@ from shared.llm.base import LLM, Completion, DriftRequest, LLMError, TranscriptL
 from shared.memory.scope import Scope, lock_topic
 from shared.metrics import FALLBACKS
 from shared.sessions.fork import fork_topic, record_fork
-from shared.sessions.models import Message
+from shared.sessions.models import ChatSession, Message
 from shared.summaries.service import (
     apply_summary,
     ask_summary,
@@ -240,7 +240,8 @@ def _apply_refresh(
 
 
 def _drift_request(*, uow: UnitOfWork, topic: Topic, scan_back: int) -> DriftRequest:
-    """The newest messages (the scan-back window and some earlier context) for R6."""
+    """The newest messages (the scan-back window and some earlier context) for R6, and
+    the topic's org, whose call the detection is."""
     newest_first = uow.session.scalars(
         select(Message)
         .where(Message.topic_id == topic.id, Message.role != "tool")
@@ -250,9 +251,13 @@ def _drift_request(*, uow: UnitOfWork, topic: Topic, scan_back: int) -> DriftReq
     recent = [
         TranscriptLine(id=m.id, role=m.role, content=m.content) for m in reversed(newest_first)
     ]
-    return build_drift_request(
-        topic_title=topic.title, topic_summary=topic.summary, recent=recent, scan_back=scan_back
+    org_id = uow.session.scalar(
+        select(ChatSession.org_id).where(ChatSession.id == topic.session_id)
     )
+    return build_drift_request(
+        topic_title=topic.title, topic_summary=topic.summary, recent=recent, scan_back=scan_back,
+        org_id=org_id,
+    )  # fmt: skip
 
 
 def _ask_drift(llm: LLM, request: DriftRequest) -> tuple[DriftDecision | None, Completion | None]:

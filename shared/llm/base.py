@@ -4,7 +4,8 @@ malformed answer is handled the same way whichever provider produced it."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -31,6 +32,7 @@ class SummaryRequest:
     notes: str | None = None
     omitted: int = 0
     previous_summary: str | None = None
+    org_id: uuid.UUID | None = None  # whose call it is, for accounting; never sent
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class DriftRequest:
     topic_summary: str | None
     earlier: Sequence[TranscriptLine]  # the topic's messages before the window (bounded)
     window: Sequence[TranscriptLine]  # the last DRIFTLESS_SCAN_BACK messages, oldest first
+    org_id: uuid.UUID | None = None  # whose call it is, for accounting; never sent
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,22 @@ class Completion:
     text: str
     model: str
     usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True)
+class LLMCall:
+    """One call a provider made, answered or failed, as accounting records it."""
+
+    org_id: uuid.UUID | None  # the org of the topic it was made for (None: no topic's)
+    model: str  # as configured, not the answer's dated variant
+    purpose: str  # summarize | detect_drift
+    failed: bool
+    usage: Usage = field(default_factory=Usage)  # zero for a failed call
+
+
+# Told of every call a provider makes, right after it returns or fails (the usage
+# ledger, shared/usage/). It must not raise: accounting never fails the caller's work.
+CallListener = Callable[[LLMCall], None]
 
 
 class LLMError(Exception):

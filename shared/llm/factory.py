@@ -5,7 +5,7 @@ from __future__ import annotations
 import redis
 
 from shared.config import Settings
-from shared.llm.base import LLM
+from shared.llm.base import LLM, CallListener
 from shared.llm.local_provider import LocalProvider
 from shared.llm.openai_provider import OpenAIProvider
 from shared.llm.ratelimit import (
@@ -17,18 +17,26 @@ from shared.llm.ratelimit import (
 )
 
 
-def make_llm(settings: Settings, *, redis_client: redis.Redis | None = None, calls: int = 1) -> LLM:
+def make_llm(
+    settings: Settings,
+    *,
+    redis_client: redis.Redis | None = None,
+    calls: int = 1,
+    on_call: CallListener | None = None,
+) -> LLM:
     """The OpenAI-compatible provider when settings ask for it, else the offline one.
 
     `calls`: how many calls the process may have in flight at once (a worker's pool
-    concurrency); the HTTP client keeps that many connections open.
+    concurrency); the HTTP client keeps that many connections open. `on_call` is told
+    of every call the provider makes (the usage ledger): each attempt of the rate
+    limiter's retries is a call of its own.
 
     With `DRIFTLESS_LLM_RPM`/`_TPM` set and a Redis client given, the provider's calls
     go through the fleet-wide rate limit. The `local` provider costs nothing and is
     never limited.
     """
     if settings.llm_provider != "openai":
-        return LocalProvider()
+        return LocalProvider(on_call=on_call)
     limits = Limits(rpm=settings.llm_rpm, tpm=settings.llm_tpm)
     limited = redis_client is not None and limits.enabled
     provider = OpenAIProvider(
@@ -39,6 +47,7 @@ def make_llm(settings: Settings, *, redis_client: redis.Redis | None = None, cal
         # Under the limit every attempt must take from the bucket, so the wrapper retries.
         max_retries=0 if limited else settings.llm_max_retries,
         max_connections=calls,
+        on_call=on_call,
     )
     if redis_client is None or not limits.enabled:
         return provider

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import re
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from shared.llm.base import Completion, DriftRequest, SummaryRequest, Usage
+from shared.llm.accounting import account
+from shared.llm.base import CallListener, Completion, DriftRequest, LLMCall, SummaryRequest, Usage
 from shared.llm.local_drift import DEFAULT_DRIFT_THRESHOLDS, find_new_subject
 from shared.llm.local_drift import DriftThresholds as DriftThresholds  # re-exported
 from shared.llm.prompts import drift_messages, summary_messages
@@ -28,7 +30,6 @@ from shared.llm.text import (
     tokens,
     weigh_terms,
 )
-from shared.metrics import record_llm_call
 from shared.tokens import approx_tokens
 
 LOCAL_MODEL = "local-extractive-v1"
@@ -246,19 +247,20 @@ def detect_drift_locally(
 
 
 def _completion(
-    answer: dict[str, object], prompt: list[dict[str, str]], *, purpose: str, started: float
+    answer: dict[str, object],
+    prompt: list[dict[str, str]],
+    *,
+    purpose: str,
+    org_id: uuid.UUID | None,
+    started: float,
+    listener: CallListener | None,
 ) -> Completion:
     text = json.dumps(answer, sort_keys=True, ensure_ascii=False)
     # Usage as if the real prompt had been sent, so evaluations record comparable costs.
     prompt_tokens = sum(approx_tokens(message["content"]) for message in prompt)
     usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=approx_tokens(text))
-    record_llm_call(
-        model=LOCAL_MODEL,
-        purpose=purpose,
-        seconds=time.perf_counter() - started,
-        prompt_tokens=usage.prompt_tokens,
-        completion_tokens=usage.completion_tokens,
-    )
+    call = LLMCall(org_id=org_id, model=LOCAL_MODEL, purpose=purpose, failed=False, usage=usage)
+    account(call, seconds=time.perf_counter() - started, listener=listener)
     return Completion(text=text, model=LOCAL_MODEL, usage=usage)
 
 
@@ -267,17 +269,30 @@ class LocalProvider:
 
     model: str = LOCAL_MODEL
 
-    def __init__(self, *, drift_thresholds: DriftThresholds = DEFAULT_DRIFT_THRESHOLDS) -> None:
+    def __init__(
+        self,
+        *,
+        drift_thresholds: DriftThresholds = DEFAULT_DRIFT_THRESHOLDS,
+        on_call: CallListener | None = None,
+    ) -> None:
+        """`on_call` is told of every call, as a real provider's (the usage ledger)."""
         self.drift_thresholds = drift_thresholds
+        self.on_call = on_call
 
     def summarize(self, request: SummaryRequest) -> Completion:
         """Title, summary and include_in_memory, extracted from the topic's own sentences."""
         started = time.perf_counter()
         answer = summarize_locally(request)
-        return _completion(answer, summary_messages(request), purpose="summarize", started=started)
+        return _completion(
+            answer, summary_messages(request), purpose="summarize", org_id=request.org_id,
+            started=started, listener=self.on_call,
+        )  # fmt: skip
 
     def detect_drift(self, request: DriftRequest) -> Completion:
         """{drift, first_message_id, new_title} from discourse cues and word overlap."""
         started = time.perf_counter()
         answer = detect_drift_locally(request, self.drift_thresholds)
-        return _completion(answer, drift_messages(request), purpose="detect_drift", started=started)
+        return _completion(
+            answer, drift_messages(request), purpose="detect_drift", org_id=request.org_id,
+            started=started, listener=self.on_call,
+        )  # fmt: skip

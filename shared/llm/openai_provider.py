@@ -12,15 +12,24 @@ import itertools
 import logging
 import math
 import time
+import uuid
 from types import TracebackType
 
 import httpx2
 import openai
 from openai.types.chat import ChatCompletion
 
-from shared.llm.base import Completion, DriftRequest, LLMError, SummaryRequest, Usage
+from shared.llm.accounting import account
+from shared.llm.base import (
+    CallListener,
+    Completion,
+    DriftRequest,
+    LLMCall,
+    LLMError,
+    SummaryRequest,
+    Usage,
+)
 from shared.llm.prompts import drift_messages, summary_messages
-from shared.metrics import record_llm_call
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +91,13 @@ class OpenAIProvider:
         timeout_s: float,
         max_retries: int,
         max_connections: int = 1,
+        on_call: CallListener | None = None,
     ) -> None:
         """`max_connections`: calls this provider may have in flight at once (the worker's
-        concurrency); every one of them keeps its connection between calls."""
+        concurrency); every one of them keeps its connection between calls. `on_call` is
+        told of every call made, answered or failed (the usage ledger)."""
         self.model = model
+        self.on_call = on_call
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         # Loading the CA bundle takes a tenth of a second or more: once, not per client.
@@ -107,11 +119,13 @@ class OpenAIProvider:
 
     def summarize(self, request: SummaryRequest) -> Completion:
         """One chat completion for title, summary and include_in_memory (R9, R10)."""
-        return self._complete(summary_messages(request), purpose="summarize")
+        return self._complete(summary_messages(request), purpose="summarize", org_id=request.org_id)
 
     def detect_drift(self, request: DriftRequest) -> Completion:
         """One chat completion for {drift, first_message_id, new_title}."""
-        return self._complete(drift_messages(request), purpose="detect_drift")
+        return self._complete(
+            drift_messages(request), purpose="detect_drift", org_id=request.org_id
+        )
 
     def close(self) -> None:
         """Release the clients' connection pools."""
@@ -129,7 +143,9 @@ class OpenAIProvider:
     ) -> None:
         self.close()
 
-    def _complete(self, messages: list[dict[str, str]], *, purpose: str) -> Completion:
+    def _complete(
+        self, messages: list[dict[str, str]], *, purpose: str, org_id: uuid.UUID | None
+    ) -> Completion:
         started = time.perf_counter()
         try:
             client = next(self._turns)
@@ -151,16 +167,16 @@ class OpenAIProvider:
         except openai.OpenAIError as exc:
             reason = _reason(exc, timeout_s=self.timeout_s, max_retries=self.max_retries)
             log.warning("LLM %s call to model %s failed: %s", purpose, self.model, reason)
-            self._record(purpose, started, failed=True)
+            self._record(purpose, org_id, started, failed=True)
             raise LLMError(reason, retryable=isinstance(exc, TRANSIENT)) from exc
         if not response.choices:
-            self._record(purpose, started, failed=True)
+            self._record(purpose, org_id, started, failed=True)
             raise LLMError(f"the {purpose} answer had no choices")
         usage = Usage(
             prompt_tokens=response.usage.prompt_tokens if response.usage else 0,
             completion_tokens=response.usage.completion_tokens if response.usage else 0,
         )
-        self._record(purpose, started, usage=usage)
+        self._record(purpose, org_id, started, usage=usage)
         return Completion(
             text=response.choices[0].message.content or "",
             model=response.model or self.model,
@@ -168,15 +184,17 @@ class OpenAIProvider:
         )
 
     def _record(
-        self, purpose: str, started: float, *, usage: Usage | None = None, failed: bool = False
+        self,
+        purpose: str,
+        org_id: uuid.UUID | None,
+        started: float,
+        *,
+        usage: Usage | None = None,
+        failed: bool = False,
     ) -> None:
         # Labelled with the configured model, not the answer's dated variant, so a
         # failure and a success of the same deployment share a series.
-        record_llm_call(
-            model=self.model,
-            purpose=purpose,
-            seconds=time.perf_counter() - started,
-            prompt_tokens=usage.prompt_tokens if usage else 0,
-            completion_tokens=usage.completion_tokens if usage else 0,
-            failed=failed,
+        call = LLMCall(
+            org_id=org_id, model=self.model, purpose=purpose, failed=failed, usage=usage or Usage()
         )
+        account(call, seconds=time.perf_counter() - started, listener=self.on_call)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, bindparam, func, select
-from sqlalchemy.orm import InstrumentedAttribute
+from sqlalchemy.orm import InstrumentedAttribute, aliased
 
 from shared.curation.rules import summarizer_decides
 from shared.curation.service import flags_of, record_change
@@ -37,7 +37,7 @@ from shared.memory.versions import memory_changed
 from shared.metrics import FALLBACKS, count_on_commit
 from shared.notes.service import ACTIVE_NOTES_TEXT, archive_notes
 from shared.sessions.fork import messages_from
-from shared.sessions.models import Message
+from shared.sessions.models import ChatSession, Message
 from shared.summaries.rules import fallback_summary, parse_summary_answer
 from shared.summaries.transcript import TopicSnapshot, read_transcript
 from shared.topics.models import Topic
@@ -68,12 +68,23 @@ class TopicHead:
 @dataclass(frozen=True)
 class Surroundings:
     """What a snapshot reads beside the transcript: the topic's first user message (the
-    fallback title, R14), its active notes (R24) and its rows up to the watermark
-    (`still_describes`)."""
+    fallback title, R14), its active notes (R24), its rows up to the watermark
+    (`still_describes`) and its org (whose LLM call the summary is, for accounting)."""
 
     first_user_message: str | None
     notes: str | None
     rows_through: int
+    org_id: uuid.UUID
+
+
+# The org of the topic bound as `topic` (its session's), by primary keys; an alias of
+# topics, so it is never correlated with the topics row of an enclosing query.
+_OWNER = aliased(Topic)
+_ORG_OF_TOPIC = (
+    select(ChatSession.org_id)
+    .join(_OWNER, _OWNER.session_id == ChatSession.id)
+    .where(_OWNER.id == bindparam("topic"))
+)
 
 
 def _surrounding_columns(through: ColumnElement[Any] | InstrumentedAttribute[Any]) -> list[Any]:
@@ -88,6 +99,7 @@ def _surrounding_columns(through: ColumnElement[Any] | InstrumentedAttribute[Any
         first_user_message.scalar_subquery().label("first_user_message"),
         ACTIVE_NOTES_TEXT.scalar_subquery().label("notes"),
         _rows_up_to(through).scalar_subquery().label("rows_through"),
+        _ORG_OF_TOPIC.scalar_subquery().label("org_id"),
     ]
 
 
@@ -120,7 +132,7 @@ def take_snapshot(*, uow: UnitOfWork, topic_id: uuid.UUID) -> TopicSnapshot | No
     topic = TopicHead(**{name: row._mapping[name] for name in _HEAD_FIELDS})
     if topic.last_message_id is None or is_summary_current(topic):
         return None
-    surroundings = Surroundings(row.first_user_message, row.notes, row.rows_through)
+    surroundings = Surroundings(row.first_user_message, row.notes, row.rows_through, row.org_id)
     snapshot = snapshot_of(uow=uow, topic=topic, surroundings=surroundings)
     # Retention purged the messages: the summary made while they existed is the record.
     return snapshot if snapshot.request.lines else None
@@ -182,7 +194,7 @@ def _snapshot_through(
     if surroundings is None:
         bounds = {"topic": topic.id, "through": through_id}
         row = uow.session.connection().execute(_SURROUNDINGS, bounds).one()
-        surroundings = Surroundings(row.first_user_message, row.notes, row.rows_through)
+        surroundings = Surroundings(row.first_user_message, row.notes, row.rows_through, row.org_id)
     request = read_transcript(
         uow=uow,
         topic_id=topic.id,
@@ -190,6 +202,7 @@ def _snapshot_through(
         total_messages=total_messages,
         notes=surroundings.notes,
         previous_summary=topic.summary,
+        org_id=surroundings.org_id,
     )
     return TopicSnapshot(
         request=request,

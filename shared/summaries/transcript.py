@@ -75,8 +75,10 @@ def read_transcript(
     total_messages: int,
     notes: str | None,
     previous_summary: str | None,
+    org_id: uuid.UUID | None = None,
 ) -> SummaryRequest:
-    """The topic's messages up to `through_id`, bounded as the module says."""
+    """The topic's messages up to `through_id`, bounded as the module says; `org_id`
+    is the topic's org, whose call the summary will be."""
     connection = uow.session.connection()
     in_topic = {"topic": topic_id, "through": through_id}
     head = [_line(m) for m in connection.execute(_HEAD, in_topic)]
@@ -89,6 +91,7 @@ def read_transcript(
             notes=notes,
             omitted=purged,
             previous_summary=previous_summary if purged else None,
+            org_id=org_id,
         )
     budget = MAX_TRANSCRIPT_CHARS - sum(_size(line) for line in head) - len(notes or "")
     tail: list[TranscriptLine] = []
@@ -106,4 +109,5 @@ def read_transcript(
         notes=notes,
         omitted=omitted,
         previous_summary=previous_summary if omitted else None,
+        org_id=org_id,
     )

@@ -6,8 +6,10 @@ error answers as `ApiError`, and opaque ids sent and read back exactly.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import uuid
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import unquote
 
 import pytest
@@ -130,6 +132,41 @@ def test_an_exit_trigger_is_scheduled_and_the_worker_evaluates_the_topic(
 
     wait_until(evaluated, timeout=60, what=system.logs, interval=0.2)
     assert evaluated()[0]["trigger"] == "manual"
+
+
+def test_the_orgs_usage_counts_the_llm_calls_the_worker_made_for_it(
+    client: Client, system: System
+) -> None:
+    assert client.usage()["llmCalls"] == 0  # a new org
+    session = client.create_session("support-bot", "user-9")
+    sid, topic_id = session["id"], session["activeTopicId"]
+    client.post_messages(sid, [{"role": "user", "content": "Ship the invoices on Friday."}])
+    assert client.evaluate(sid, "manual") == {"status": "scheduled"}
+
+    def evaluated() -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = client.evaluations(topic_id)["evaluations"]
+        return found
+
+    wait_until(evaluated, timeout=60, what=system.logs, interval=0.2)
+    [evaluation] = evaluated()
+    usage = client.usage()
+    # Every call the evaluation made (drift, then the summary) is in the org's usage, under
+    # the offline provider's model; the audit row says what they cost.
+    assert usage["llmCalls"] == evaluation["llmCalls"] == 2
+    assert usage["byModel"] == {
+        "local-extractive-v1": {
+            "llmCalls": 2,
+            "promptTokens": evaluation["promptTokens"],
+            "completionTokens": evaluation["completionTokens"],
+        }
+    }
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    assert client.usage(since=later)["llmCalls"] == 0
+    assert client.usage(since="2000-01-01T00:00:00+02:00")["llmCalls"] == 2
+    with pytest.raises(ApiError) as raised:
+        client.usage(since="2026-01-01T00:00:00")  # no timezone: which moment?
+    assert (raised.value.status, raised.value.code) == (422, "validation_error")
+    assert raised.value.message.startswith("since: ")
 
 
 def test_the_agent_profile_tools_notes_and_working_memory(client: Client) -> None:
@@ -275,6 +312,7 @@ def test_the_client_has_one_method_for_every_operation_of_the_openapi_document(
         "facts": r.facts("a", "u"),
         "merge_facts": r.merge_facts("a", "u", {}),
         "delete_fact": r.delete_fact("a", "u", "{key}"),
+        "usage": r.usage(),
         "openapi": r.openapi(),
     }
     public = {name for name in dir(Client) if not name.startswith("_")} - {"close"}

@@ -4,7 +4,8 @@ The routes come from the app's own url_map, their query parameters and bodies fr
 OpenAPI document, so a new route is probed without touching this file (and a path
 parameter this file cannot fill fails the run). For each route, org A and org B each get
 a fresh world (agent, session, messages, notes, facts, working memory, a promoted closed
-topic and an active one, all carrying a secret string), then B calls the route twice:
+topic and an active one, an LLM call charged to the org, all carrying a secret string),
+then B calls the route twice:
 
 - "A's ids": A's session/topic/agent/user/fact key in the path, query and body. Routes
   that name a session or topic must answer 404, exactly like an unknown id (CONTRACT.md);
@@ -39,7 +40,9 @@ from werkzeug.test import TestResponse
 
 from shared.auth.service import org_for_key
 from shared.db.uow import UnitOfWork
+from shared.llm.base import LLMCall, Usage
 from shared.queue import RecordingQueue
+from shared.usage.service import record_llm_usage
 from tests.conftest import new_key
 from tests.faults.conftest import report
 from tests.helpers import new_session, post_message
@@ -90,6 +93,14 @@ def _org_of(factory: sessionmaker[Session], key: str) -> str:
         return str(org_for_key(uow=uow, key=key))
 
 
+def _charge_a_call(factory: sessionmaker[Session], org_id: uuid.UUID, model: str) -> None:
+    """An LLM call in the org's usage ledger (GET /agents-api/usage), as a worker records it."""
+    call = LLMCall(org_id=org_id, model=model, purpose="summarize", failed=False, usage=Usage(9, 1))
+    with UnitOfWork(factory, RecordingQueue()) as uow:
+        record_llm_usage(uow=uow, org_id=org_id, call=call)
+        uow.commit()
+
+
 def _make_world(client: FlaskClient, factory: sessionmaker[Session]) -> World:
     tag = uuid.uuid4().hex[:10]
     secret = f"secret-{tag}"
@@ -119,9 +130,11 @@ def _make_world(client: FlaskClient, factory: sessionmaker[Session]) -> World:
     )
     ok(client.post(tools, json=notes, headers=auth))
     ok(client.get(f"/agents-api/memory?{scope}", headers=auth))  # fills the Redis cache
+    org_id = _org_of(factory, key)
+    _charge_a_call(factory, uuid.UUID(org_id), model=f"model-{secret}")
     return World(
         auth=auth,
-        org_id=_org_of(factory, key),
+        org_id=org_id,
         agent=agent,
         user=user,
         fact_key=fact_key,
@@ -483,9 +496,13 @@ def test_list_endpoints_show_another_org_nothing(
     assert client.get(f"/agents-api/facts?{scope}", headers=b_auth).json == {"facts": {}}
     memory: Any = client.get(f"/agents-api/memory?{scope}", headers=b_auth).json
     assert memory["entries"] == [] and memory["tokens"] == 0
+    usage: Any = client.get("/agents-api/usage", headers=b_auth).json
+    assert (usage["llmCalls"], usage["promptTokens"], usage["byModel"]) == (0, 0, {})
     # ...while A, asking the same, sees its own.
     mine: Any = client.get(f"/agents-api/sessions?{scope}", headers=a.auth).json
     assert [s["id"] for s in mine["sessions"]] == [a.sid]
     assert client.get(f"/agents-api/facts?{scope}", headers=a.auth).json == {
         "facts": {a.fact_key: a.secret}
     }
+    own_usage: Any = client.get("/agents-api/usage", headers=a.auth).json
+    assert list(own_usage["byModel"]) == [f"model-{a.secret}"]

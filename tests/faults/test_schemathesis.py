@@ -6,7 +6,8 @@ test PostgreSQL and Redis with committed data: hypothesis runs many examples per
 so the per-test savepoint of the other tests does not fit. Generated path and query
 parameters are, half the time, swapped for ids of a seeded session, topic, agent and
 user, and most tool calls name a real tool with arguments of its shape, so the fuzzing
-reaches the services behind the 404s and 422s instead of stopping at them.
+reaches the services behind the 404s and 422s instead of stopping at them. The org has
+LLM calls in its usage ledger too, so GET /usage adds up real rows.
 
 Checks: no 5xx, every status documented, content types and bodies as documented.
 `DRIFTLESS_FUZZ_EXAMPLES` (default 30 per operation and phase) runs a longer campaign;
@@ -36,10 +37,15 @@ from schemathesis.checks import (
 )
 from schemathesis.core.result import Ok
 from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
 
+from shared.auth.service import org_for_key
 from shared.config import Settings
 from shared.db.engine import make_session_factory
+from shared.db.uow import UnitOfWork
+from shared.llm.base import LLMCall, Usage
 from shared.queue import RecordingQueue
+from shared.usage.service import record_llm_usage
 from tests.conftest import new_key
 from tests.faults.conftest import report
 from tests.helpers import new_session, post_message
@@ -126,12 +132,27 @@ def _seed(client: FlaskClient, auth: dict[str, str]) -> dict[str, list[str]]:
     }
 
 
+def _seed_usage(factory: sessionmaker[Session], key: str) -> None:
+    """Two LLM calls of the org, one failed, for GET /usage to add up (a worker's rows)."""
+    with UnitOfWork(factory, RecordingQueue()) as uow:
+        org_id = org_for_key(uow=uow, key=key)
+        assert org_id is not None
+        for failed, usage in ((False, Usage(120, 17)), (True, Usage())):
+            call = LLMCall(
+                org_id, model="fuzz-model", purpose="summarize", failed=failed, usage=usage
+            )
+            record_llm_usage(uow=uow, org_id=org_id, call=call)
+        uow.commit()
+
+
 @pytest.fixture(scope="module")
 def world(settings: Settings, engine: Engine) -> Iterator[World]:
     factory = make_session_factory(engine)
-    auth = {"Authorization": f"Bearer {new_key(factory)}"}
+    key = new_key(factory)
+    auth = {"Authorization": f"Bearer {key}"}
     app = create_app(settings, queue=RecordingQueue(), session_factory=factory)
     SEEDED.update(_seed(app.test_client(), auth))
+    _seed_usage(factory, key)
     yield World(app=app, auth=auth)
     SEEDED.clear()
 

@@ -68,6 +68,8 @@ ROUTES = [
     Route("PUT", "/agents-api/topics/{tid}/memory", {"state": "promoted"}),
     Route("POST", "/agents-api/topics/{tid}/memory/cycle"),
     Route("GET", "/agents-api/topics/{tid}/notes"),
+    # the org's own accounting
+    Route("GET", "/agents-api/usage"),
 ]
 
 # Routes that name a resource of an org: another org's key must see 404 there. Those are

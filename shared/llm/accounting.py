@@ -1,0 +1,23 @@
+"""What a provider does with each call it made: count it, then tell the usage ledger."""
+
+from __future__ import annotations
+
+from shared.llm.base import CallListener, LLMCall
+from shared.metrics import record_llm_call
+
+
+def account(call: LLMCall, *, seconds: float, listener: CallListener | None) -> None:
+    """Count `call` in the metrics (by model and purpose, and by org), then hand it to
+    `listener`: right after the call, so a call the provider counted is recorded even
+    when the caller's own write fails later."""
+    record_llm_call(
+        org=call.org_id,
+        model=call.model,
+        purpose=call.purpose,
+        seconds=seconds,
+        prompt_tokens=call.usage.prompt_tokens,
+        completion_tokens=call.usage.completion_tokens,
+        failed=call.failed,
+    )
+    if listener is not None:
+        listener(call)
