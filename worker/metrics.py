@@ -1,4 +1,4 @@
-"""The worker's Prometheus metrics: jobs by task, queue lag, and the exporter.
+"""The worker's Prometheus metrics: jobs by task, queue lag and depth, and the exporter.
 
 A prefork worker runs its tasks in child processes, so the counts live in
 prometheus-client's multiprocess files (PROMETHEUS_MULTIPROC_DIR, which worker/main.py
@@ -6,6 +6,11 @@ sets before prometheus_client is first imported) and the worker's main process s
 their sum on DRIFTLESS_WORKER_METRICS_PORT. The threads and solo pools are one process
 and work the same way. Beat never serves: the server starts on `celeryd_init`, which
 only `celery worker` sends.
+
+The exporter also reads each queue's length from the broker at scrape time (a gauge
+nothing has to keep up to date), and starts the counters whose label values are known
+(every task, every kind of reconciled work) at zero: a series that appears with its
+first failure at 1 shows no increase, so an alert on `increase()` would miss it.
 """
 
 from __future__ import annotations
@@ -13,8 +18,11 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterable, Sequence
+from dataclasses import fields
 from typing import Any
 
+import redis
 from celery import Task
 from celery.signals import (
     celeryd_init,
@@ -27,9 +35,15 @@ from celery.signals import (
 )
 from prometheus_client import Counter, Histogram, multiprocess
 from prometheus_client import start_http_server as _start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
+from shared.broker import REDIS_SCHEMES
+from shared.metrics import JOBS_ENQUEUED, JOBS_SEND_FAILED
 from shared.metrics_export import multiprocess_registry
-from shared.queue import DUE_AT_HEADER, FIRE_DEBOUNCE
+from shared.queue import DUE_AT_HEADER, FIRE_DEBOUNCE, RECONCILE, TASK_ROUTES
+from shared.reconcile.service import Reconciled
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +71,15 @@ DEBOUNCE_FIRES = Counter(
     " stale: another job already fired)",
     ["status"],
 )
+RECONCILE_RECOVERED = Counter(
+    "driftless_reconcile_recovered_total",
+    "Lost work the reconciler found, by kind (summaries and evaluations enqueued again,"
+    " stale memory_caches invalidated)",
+    ["kind"],
+)
+QUEUE_DEPTH = "driftless_queue_depth"
+# Short: a scrape (and the liveness probe, which is one) must answer while Redis hangs.
+DEPTH_TIMEOUT_S = 1.0
 
 
 # --- task signals ---------------------------------------------------------------------
@@ -95,6 +118,9 @@ def _on_postrun(task_id: str, task: Task, retval: Any = None, **_: Any) -> None:
         TASK_SECONDS.labels(task.name).observe(time.perf_counter() - started)
     if task.name == FIRE_DEBOUNCE and isinstance(retval, str):
         DEBOUNCE_FIRES.labels(retval).inc()
+    elif task.name == RECONCILE and isinstance(retval, dict):
+        for kind, count in retval.items():
+            RECONCILE_RECOVERED.labels(kind).inc(count)
 
 
 def _on_success(sender: Task, **_: Any) -> None:
@@ -118,18 +144,88 @@ def connect_task_signals() -> None:
     task_retry.connect(_on_retry, weak=False, dispatch_uid="driftless-metrics-retry")
 
 
+def start_at_zero() -> None:
+    """Create the series of every known task and reconciled kind, at 0."""
+    for task in TASK_ROUTES:
+        for counter in (JOBS_ENQUEUED, JOBS_SEND_FAILED, JOBS_SUCCEEDED, JOBS_FAILED, JOBS_RETRIED):
+            counter.labels(task)
+    for kind in fields(Reconciled):
+        RECONCILE_RECOVERED.labels(kind.name)
+
+
+# --- queue depth, read from the broker at scrape time -----------------------------------
+
+
+class QueueDepthCollector(Collector):
+    """Jobs waiting in each queue: the length of its Redis list, as KEDA reads it.
+
+    Celery's Redis transport keeps a queue as a list named after it. Jobs a worker has
+    reserved or is running (countdown jobs included) are not in it; the lag histogram
+    shows how long jobs waited. Every worker reports every queue, so take the max.
+    """
+
+    def __init__(self, client: redis.Redis, queues: Sequence[str]) -> None:
+        self._client = client
+        self._queues = list(queues)
+        self._failing = False
+
+    def describe(self) -> Iterable[Metric]:
+        # What registering needs to know, without asking Redis at the worker's start.
+        return [self._family()]
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for queue in self._queues:
+                pipe.llen(queue)
+            depths = pipe.execute()
+        except redis.RedisError as exc:
+            # No gauge rather than a wrong one; the rest of the scrape still answers.
+            if not self._failing:
+                log.warning("queue depth unavailable: %s", exc)
+            self._failing = True
+            return []
+        self._failing = False
+        gauge = self._family()
+        for queue, depth in zip(self._queues, depths, strict=True):
+            gauge.add_metric([queue], float(depth))
+        return [gauge]
+
+    @staticmethod
+    def _family() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            QUEUE_DEPTH, "Jobs waiting in the broker's queue (not yet reserved)", labels=["queue"]
+        )
+
+
+def queue_depth_collector(broker_url: str) -> QueueDepthCollector | None:
+    """The collector of a Redis broker's queues; None for another broker (no depth)."""
+    if not broker_url.startswith(REDIS_SCHEMES):
+        return None
+    client = redis.Redis.from_url(
+        broker_url, socket_timeout=DEPTH_TIMEOUT_S, socket_connect_timeout=DEPTH_TIMEOUT_S
+    )
+    return QueueDepthCollector(client, sorted({route["queue"] for route in TASK_ROUTES.values()}))
+
+
 # --- the exporter (the worker's main process only) -------------------------------------
 
 
-def start_exporter(port: int, *, addr: str = "0.0.0.0") -> bool:
-    """Serve the worker's metrics on `port`; False (and a log line) when it cannot."""
+def start_exporter(
+    port: int, *, addr: str = "0.0.0.0", collectors: Iterable[Collector] = ()
+) -> bool:
+    """Serve the worker's metrics (and `collectors`) on `port`; False (and a log line)
+    when it cannot."""
     if port == 0:
         return False
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         log.error("worker metrics are off: PROMETHEUS_MULTIPROC_DIR is not set")
         return False
+    registry = multiprocess_registry()
+    for collector in collectors:
+        registry.register(collector)
     try:
-        _start_http_server(port, addr=addr, registry=multiprocess_registry())
+        _start_http_server(port, addr=addr, registry=registry)
     except OSError as exc:
         # Metrics are not worth a dead worker: two workers on one host share a port.
         log.error("worker metrics could not listen on port %d: %s", port, exc)
@@ -142,8 +238,12 @@ def start_exporter(port: int, *, addr: str = "0.0.0.0") -> bool:
 
 
 def _on_worker_init(sender: Any = None, instance: Any = None, **_: Any) -> None:
-    settings = instance.app.driftless.settings
-    start_exporter(settings.worker_metrics_port)
+    runtime = instance.app.driftless
+    if runtime.settings.worker_metrics_port == 0:
+        return
+    start_at_zero()
+    depth = queue_depth_collector(runtime.endpoints.broker_url)
+    start_exporter(runtime.settings.worker_metrics_port, collectors=[depth] if depth else [])
 
 
 def _on_process_shutdown(pid: int | None = None, **_: Any) -> None:

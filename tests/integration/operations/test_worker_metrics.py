@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from celery import Celery
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -34,6 +36,7 @@ from shared.config import Settings
 from shared.queue import SUMMARIZE_TOPIC, CeleryJobQueue, Job, RecordingQueue
 from tests.helpers import new_session, post_message, wait_for
 from worker.app import make_celery
+from worker.metrics import QueueDepthCollector
 
 REPO = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
@@ -269,3 +272,21 @@ def test_a_killed_workers_private_directory_is_removed_by_the_next_worker() -> N
     finally:
         shutil.rmtree(orphan, ignore_errors=True)
         shutil.rmtree(alive, ignore_errors=True)
+
+
+def test_queue_depth_is_the_length_of_each_queues_list(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    busy, idle = (f"depth-probe-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    client.rpush(busy, "job-1", "job-2", "job-3")
+    try:
+        [gauge] = QueueDepthCollector(client, [busy, idle]).collect()
+        assert {s.labels["queue"]: s.value for s in gauge.samples} == {busy: 3, idle: 0}
+    finally:
+        client.delete(busy)
+
+
+def test_without_the_broker_a_scrape_still_answers_without_queue_depth() -> None:
+    unreachable = redis.Redis(port=free_port(), socket_connect_timeout=0.5, socket_timeout=0.5)
+    registry = CollectorRegistry()
+    registry.register(QueueDepthCollector(unreachable, ["llm", "fast"]))
+    assert b"driftless_queue_depth" not in generate_latest(registry)
