@@ -31,4 +31,10 @@ class FairGeventWorker(GeventWorker):
             return super().handle_request(*args)
         finally:
             # Back of the queue: the greenlets whose requests arrived meanwhile run first.
-            gevent.sleep(0)
+            try:
+                gevent.sleep(0)
+            except gevent.GreenletExit:
+                # Killed at shutdown between two requests: close this connection (how
+                # gunicorn's loop ends one), rather than let its error handler write a
+                # 500 after a whole response.
+                raise StopIteration from None
