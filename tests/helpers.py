@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from flask.testing import FlaskClient
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.orm import Session, sessionmaker
 
 T = TypeVar("T")
@@ -66,3 +68,18 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or probe}")
         time.sleep(interval)
+
+
+# A Prometheus scrape: each sample's value by its name and its labels.
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(port: int) -> Samples:
+    """Every sample that http://127.0.0.1:<port>/metrics exports, parsed as Prometheus does."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }

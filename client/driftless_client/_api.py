@@ -19,6 +19,7 @@ from urllib.parse import quote
 import httpx
 
 from ._errors import ApiError
+from ._retry import RetryPolicy
 from ._version import __version__
 
 API_PREFIX = "/agents-api"
@@ -267,7 +268,51 @@ def events_call(session_id: Id) -> Call:
 # --- what both clients share besides the operations ---------------------------------
 
 
-def base_url_of(base_url: str) -> str:
+@dataclass(frozen=True)
+class Connection:
+    """What both clients send every request with: the server's root, the key's headers,
+    the timeout and the retry policy."""
+
+    base_url: str
+    headers: dict[str, str]
+    timeout: httpx.Timeout
+    retry: RetryPolicy
+
+    @classmethod
+    def of(
+        cls,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float | httpx.Timeout,
+        max_retries: int,
+        backoff: float,
+        transport: object | None,
+        http_client: object | None,
+    ) -> Connection:
+        """The client's arguments, checked (ValueError names a bad one)."""
+        if transport is not None and http_client is not None:
+            raise ValueError("pass transport or http_client, not both")
+        return cls(
+            base_url=_base_url_of(base_url),
+            headers=_headers_of(api_key),
+            timeout=httpx.Timeout(timeout),
+            retry=RetryPolicy(max_retries=max_retries, backoff_s=backoff),
+        )
+
+    def request(self, http: httpx.Client | httpx.AsyncClient, call: Call) -> httpx.Request:
+        """`call` as the request `http` sends (again, on a retry)."""
+        return http.build_request(
+            call.method,
+            f"{self.base_url}{API_PREFIX}{call.path}",
+            params=call.params,
+            json=call.json,
+            headers=self.headers,
+            timeout=self.timeout,
+        )
+
+
+def _base_url_of(base_url: str) -> str:
     """The server's root (`http://127.0.0.1:8000`), without a trailing slash; a path
     (a proxy's prefix) is kept."""
     url = httpx.URL(base_url)
@@ -276,7 +321,7 @@ def base_url_of(base_url: str) -> str:
     return str(url.copy_with(query=None, fragment=None)).rstrip("/")
 
 
-def headers_of(api_key: str) -> dict[str, str]:
+def _headers_of(api_key: str) -> dict[str, str]:
     if not api_key:
         raise ValueError("api_key must not be empty")
     return {
@@ -284,10 +329,6 @@ def headers_of(api_key: str) -> dict[str, str]:
         "Accept": "application/json",
         "User-Agent": USER_AGENT,
     }
-
-
-def url_of(base_url: str, call: Call) -> str:
-    return f"{base_url}{API_PREFIX}{call.path}"
 
 
 def json_answer(response: httpx.Response) -> JSON:

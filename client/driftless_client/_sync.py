@@ -13,17 +13,14 @@ from ._api import (
     DEFAULT_TIMEOUT_S,
     JSON,
     Call,
+    Connection,
     Id,
     Operations,
-    base_url_of,
     events_call,
-    headers_of,
     json_answer,
     no_content,
-    url_of,
 )
 from ._errors import ApiError
-from ._retry import RetryPolicy
 from ._sse import EventParser
 
 
@@ -49,14 +46,14 @@ class Client(Operations[JSON, None]):
         transport: httpx.BaseTransport | None = None,
         http_client: httpx.Client | None = None,
     ) -> None:
-        if transport is not None and http_client is not None:
-            raise ValueError("pass transport or http_client, not both")
-        self._base_url = base_url_of(base_url)
-        self._headers = headers_of(api_key)
-        self._timeout = httpx.Timeout(timeout)
-        self._retry = RetryPolicy(max_retries=max_retries, backoff_s=backoff)
+        self._connection = Connection.of(
+            base_url, api_key, timeout=timeout, max_retries=max_retries, backoff=backoff,
+            transport=transport, http_client=http_client,
+        )  # fmt: skip
         self._owns_http = http_client is None
-        self._http = http_client or httpx.Client(transport=transport, timeout=self._timeout)
+        self._http = http_client or httpx.Client(
+            transport=transport, timeout=self._connection.timeout
+        )
 
     def close(self) -> None:
         """Close the connections (not those of an `http_client` you passed)."""
@@ -104,24 +101,17 @@ class Client(Operations[JSON, None]):
 
     def _send(self, call: Call, *, stream: bool = False) -> httpx.Response:
         """The answer, after the retries the policy allows (an error answer too)."""
-        request = self._http.build_request(
-            call.method,
-            url_of(self._base_url, call),
-            params=call.params,
-            json=call.json,
-            headers=self._headers,
-            timeout=self._timeout,
-        )
+        request = self._connection.request(self._http, call)
         attempt = 0
         while True:
             try:
                 response = self._http.send(request, stream=stream)
             except httpx.TransportError as error:
-                wait = self._retry.after_error(attempt, call.method, error)
+                wait = self._connection.retry.after_error(attempt, call.method, error)
                 if wait is None:
                     raise
             else:
-                wait = self._retry.after_response(attempt, response)
+                wait = self._connection.retry.after_response(attempt, response)
                 if wait is None:
                     return response
                 response.close()

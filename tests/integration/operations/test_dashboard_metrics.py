@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,6 @@ from pathlib import Path
 import pytest
 import redis
 from celery import Celery
-from prometheus_client.parser import text_string_to_metric_families
 
 from shared.broker import sender_settings
 from shared.db.migrate import upgrade
@@ -32,22 +30,11 @@ from tests.dashboards import STANDARD_SERIES, dashboard_expressions, metric_name
 from tests.faults.conftest import new_api_key
 from tests.faults.http import Api
 from tests.faults.procs import PrivateRedis, Processes, driftless_env, free_port
-from tests.helpers import wait_for
+from tests.helpers import Samples, scrape, wait_for
 from tests.llm_server import FakeOpenAI
 
 DATABASE = f"{services.TEST_DATABASE}_dashboards"
 RECONCILE_GRACE_S = 1  # DRIFTLESS_RECONCILE_S: closed longer ago than this counts as lost
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def scrape(port: int) -> Samples:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 def value(samples: Samples, name: str, **labels: str) -> float | None:

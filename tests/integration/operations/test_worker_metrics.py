@@ -29,12 +29,11 @@ import pytest
 import redis
 from celery import Celery
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.config import Settings
 from shared.queue import SUMMARIZE_TOPIC, CeleryJobQueue, Job, RecordingQueue
-from tests.helpers import new_session, post_message, wait_for
+from tests.helpers import new_session, post_message, scrape, wait_for
 from worker.app import make_celery
 from worker.metrics import QueueDepthCollector
 
@@ -47,16 +46,6 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
-
-
-def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 def value(samples: dict[Any, float], name: str, **labels: str) -> float:

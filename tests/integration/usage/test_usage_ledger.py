@@ -29,11 +29,11 @@ from shared.queue import RecordingQueue
 from shared.usage.models import LLMUsage
 from shared.usage.service import UsageLedger
 from tests.helpers import new_session, post_message
+from tests.integration.usage.ledger import rows_of
 from tests.llm_server import FakeOpenAI, Reply
 
 SUMMARY = {"title": "Billing", "summary": "PostgreSQL, Friday.", "include_in_memory": True}
 NO_DRIFT = {"drift": False, "first_message_id": None, "new_title": None}
-Row = tuple[Any, ...]  # model, purpose, outcome, prompt and completion tokens
 
 
 def sample(name: str, **labels: str) -> float:
@@ -47,21 +47,6 @@ def conversation(client: FlaskClient, auth: dict[str, str]) -> tuple[uuid.UUID, 
         role = "user" if i % 2 == 0 else "assistant"
         post_message(client, auth, session["id"], f"We decided on step {i}.", role=role)
     return uuid.UUID(session["orgId"]), session["activeTopicId"]
-
-
-def rows_of(factory: sessionmaker[Session], org_id: uuid.UUID) -> list[Row]:
-    columns = (
-        LLMUsage.model,
-        LLMUsage.purpose,
-        LLMUsage.outcome,
-        LLMUsage.prompt_tokens,
-        LLMUsage.completion_tokens,
-    )
-    with UnitOfWork(factory, RecordingQueue()) as uow:
-        found = uow.session.execute(
-            select(*columns).where(LLMUsage.org_id == org_id).order_by(LLMUsage.id)
-        )
-        return [tuple(row) for row in found]
 
 
 @pytest.fixture

@@ -13,15 +13,13 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 from prometheus_client import REGISTRY
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.config import Settings
-from shared.db.uow import UnitOfWork
-from shared.queue import CeleryJobQueue, RecordingQueue
-from shared.usage.models import LLMUsage
+from shared.queue import CeleryJobQueue
 from tests.conftest import new_key
 from tests.helpers import new_session, post_message, wait_for
+from tests.integration.usage.ledger import Row, rows_of
 from tests.llm_server import FakeOpenAI, Reply
 from tests.worker_thread import worker_thread
 
@@ -54,17 +52,8 @@ class System:
 
         return wait_for(probe, timeout=60, what="the worker to summarize the closed topic")
 
-    def rows(self, org_id: str) -> list[tuple[Any, ...]]:
-        columns = (
-            LLMUsage.model,
-            LLMUsage.purpose,
-            LLMUsage.outcome,
-            LLMUsage.prompt_tokens,
-            LLMUsage.completion_tokens,
-        )
-        with UnitOfWork(self.factory, RecordingQueue()) as uow:
-            query = select(*columns).where(LLMUsage.org_id == uuid.UUID(org_id))
-            return [tuple(row) for row in uow.session.execute(query.order_by(LLMUsage.id))]
+    def rows(self, org_id: str) -> list[Row]:
+        return rows_of(self.factory, uuid.UUID(org_id))
 
 
 @pytest.fixture(scope="module")
