@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cached_property
 
+import httpx
 import redis
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -30,6 +31,8 @@ from shared.queue import JobQueue, RecordingQueue
 from shared.runtime import Endpoints, resolve_endpoints
 from shared.triggers.debounce import Debouncer
 from shared.usage.service import UsageLedger
+from shared.webhooks.delivery import Policy
+from shared.webhooks.secrets import SecretBox
 
 # A request or a CLI command must fail, not hang, when Redis is down (R29: the exit
 # triggers degrade to `dropped`); a worker waits on Redis as long as it must.
@@ -142,6 +145,28 @@ class Runtime:
     def key_cache(self) -> KeyCache:
         return KeyCache(ttl_s=self.settings.auth_cache_s, unit_of_work=self.unit_of_work)
 
+    @cached_property
+    def secret_box(self) -> SecretBox:
+        return SecretBox(self.settings.webhook_keys)
+
+    @cached_property
+    def webhook_policy(self) -> Policy:
+        settings = self.settings
+        return Policy(
+            max_attempts=settings.webhook_max_attempts,
+            backoff_s=settings.webhook_backoff_s,
+            timeout_s=settings.webhook_timeout_s,
+            allow_private=settings.webhook_allow_private,
+        )
+
+    @cached_property
+    def webhook_http(self) -> httpx.Client:
+        # One pool per process: a receiver's keep-alive connection serves its next event.
+        # Every task of the process may have an attempt in flight.
+        calls = max(self.tasks_per_process, 1)
+        limits = httpx.Limits(max_connections=calls, max_keepalive_connections=min(calls, 20))
+        return httpx.Client(limits=limits, follow_redirects=False, trust_env=False)
+
     def build(self) -> Runtime:
         """Build everything now: a threaded server must not race to build it on first use,
         and a bad URL should stop the process at start."""
@@ -159,3 +184,5 @@ class Runtime:
             self.engine.dispose()
         if "redis" in self.__dict__:
             self.redis.close()
+        if "webhook_http" in self.__dict__:
+            self.webhook_http.close()

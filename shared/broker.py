@@ -28,7 +28,7 @@ from kombu.transport import redis as kombu_redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from shared.queue import FAST_QUEUE, LLM_QUEUE, TASK_ROUTES
+from shared.queue import FAST_QUEUE, LLM_QUEUE, TASK_ROUTES, WEBHOOK_QUEUE
 from shared.runtime import Endpoints
 
 # celery's broker_transport for redis:// and rediss:// broker URLs.
@@ -57,6 +57,7 @@ def sender_settings(endpoints: Endpoints) -> dict[str, Any]:
         "task_queues": [
             Queue(LLM_QUEUE, Exchange(LLM_QUEUE), routing_key=LLM_QUEUE),
             Queue(FAST_QUEUE, Exchange(FAST_QUEUE), routing_key=FAST_QUEUE),
+            Queue(WEBHOOK_QUEUE, Exchange(WEBHOOK_QUEUE), routing_key=WEBHOOK_QUEUE),
         ],
         "task_default_queue": FAST_QUEUE,
         "task_routes": TASK_ROUTES,

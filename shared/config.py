@@ -16,6 +16,9 @@ from pydantic import (
     model_validator,
 )
 
+from shared.crontab import parse_crontab
+from shared.sealing import parse_keys
+
 DEFAULT_LLM_MODEL = "gpt-4o-mini"
 
 # Environment variable -> settings field. Spelled out rather than derived so that
@@ -56,6 +59,12 @@ ENVIRONMENT: dict[str, str] = {
     "DRIFTLESS_DB_POOL_SIZE": "db_pool_size",
     "DRIFTLESS_DB_MAX_OVERFLOW": "db_max_overflow",
     "DRIFTLESS_WORKER_METRICS_PORT": "worker_metrics_port",
+    "DRIFTLESS_REEVALUATE_CRON": "reevaluate_cron",
+    "DRIFTLESS_WEBHOOK_MAX_ATTEMPTS": "webhook_max_attempts",
+    "DRIFTLESS_WEBHOOK_BACKOFF_S": "webhook_backoff_s",
+    "DRIFTLESS_WEBHOOK_TIMEOUT_S": "webhook_timeout_s",
+    "DRIFTLESS_WEBHOOK_ALLOW_PRIVATE": "webhook_allow_private",
+    "DRIFTLESS_WEBHOOK_KEYS": "webhook_keys",
     "LOG_FORMAT": "log_format",
 }
 FIELD_TO_VARIABLE = {field: var for var, field in ENVIRONMENT.items()}
@@ -124,6 +133,19 @@ class Settings(BaseModel):
     db_max_overflow: int = Field(default=5, ge=0, le=100)
     # A worker's Prometheus endpoint (all its pool processes); 0 turns it off.
     worker_metrics_port: int = Field(default=9808, ge=0, le=65535)
+    # When set, beat starts a re-evaluation campaign on this schedule (a 5-field crontab
+    # line, UTC) over topics summarized by an older prompt version or model.
+    reevaluate_cron: str | None = None
+    # Webhook deliveries (shared/webhooks/): attempts before a delivery is dead, the
+    # first retry's delay (doubling, with jitter, up to 6 h), one attempt's time limit.
+    webhook_max_attempts: int = Field(default=12, ge=1, le=100)
+    webhook_backoff_s: float = Field(default=5.0, gt=0, le=21_600)
+    webhook_timeout_s: float = Field(default=10.0, gt=0, le=120)
+    # Loopback, private and link-local targets are refused unless this is set (a dev box).
+    webhook_allow_private: bool = False
+    # Fernet keys, comma-separated, that seal webhook secrets in the database: the first
+    # seals, all open (rotation). Unset: secrets are stored as given (shared/webhooks/secrets.py).
+    webhook_keys: str | None = Field(default=None, repr=False)
     log_format: Literal["json", "text"] = "json"
 
     @model_validator(mode="after")
@@ -147,6 +169,20 @@ class Settings(BaseModel):
     def _redis_only(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        return value
+
+    @field_validator("webhook_keys")
+    @classmethod
+    def _fernet_keys(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_keys(value)
+        return value
+
+    @field_validator("reevaluate_cron")
+    @classmethod
+    def _crontab_line(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_crontab(value)
         return value
 
     @property

@@ -71,6 +71,28 @@ DEBOUNCE = Counter(
     " dropped)",
     ["trigger", "outcome"],
 )
+# Re-evaluation campaigns' topics: enqueued by the pump, then settled done or failed.
+REEVALUATION_OUTCOMES = ("enqueued", "done", "failed")
+REEVALUATION_TOPICS = Counter(
+    "driftless_reevaluation_topics_total",
+    "Topics of re-evaluation campaigns by outcome (enqueued; then done, or failed for good)",
+    ["outcome"],
+)
+
+# Webhook attempts by what they led to: delivered, failed (retried later) or dead (given
+# up after DRIFTLESS_WEBHOOK_MAX_ATTEMPTS); counted in the worker that made the attempt.
+WEBHOOK_DELIVERIES = Counter(
+    "driftless_webhook_deliveries_total",
+    "Webhook delivery attempts by the status they left the delivery in (delivered, failed, dead)",
+    ["status"],
+)
+for _status in ("delivered", "failed", "dead"):  # every series in the first scrape
+    WEBHOOK_DELIVERIES.labels(_status)
+WEBHOOK_ATTEMPT_SECONDS = Histogram(
+    "driftless_webhook_attempt_seconds",
+    "Wall time of one webhook attempt (every redirect hop included)",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
 
 
 def record_llm_call(

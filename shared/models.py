@@ -8,9 +8,11 @@ from shared.evaluations.models import Evaluation
 from shared.facts.models import FactsDocument
 from shared.memory.versions import MemoryVersion
 from shared.notes.models import NotesDocument
+from shared.reevaluations.models import ReevaluationCampaign, ReevaluationItem
 from shared.sessions.models import ChatSession, Message
 from shared.topics.models import Fork, Topic
 from shared.usage.models import LLMUsage
+from shared.webhooks.models import Webhook, WebhookDelivery, WebhookEvent
 
 __all__ = [
     "AgentProfile",
@@ -26,5 +28,10 @@ __all__ = [
     "Message",
     "NotesDocument",
     "Org",
+    "ReevaluationCampaign",
+    "ReevaluationItem",
     "Topic",
+    "Webhook",
+    "WebhookDelivery",
+    "WebhookEvent",
 ]

@@ -46,9 +46,16 @@ EVALUATE_TOPIC = "driftless.evaluate_topic"
 FIRE_DEBOUNCE = "driftless.fire_debounce"
 SWEEP_IDLE = "driftless.sweep_idle"
 PURGE_IDLE_SESSIONS = "driftless.purge_idle_sessions"
+DELIVER_WEBHOOK = "driftless.deliver_webhook"
+DISPATCH_WEBHOOKS = "driftless.dispatch_webhooks"
+ADVANCE_REEVALUATIONS = "driftless.advance_reevaluations"
+START_STALE_REEVALUATION = "driftless.start_stale_reevaluation"
 
 LLM_QUEUE = "llm"
 FAST_QUEUE = "fast"
+# Deliveries wait on other people's servers: a queue of their own, so that a slow
+# receiver holds webhook slots, never an evaluation's or a debounce's.
+WEBHOOK_QUEUE = "webhooks"
 TASK_ROUTES = {
     SUMMARIZE_TOPIC: {"queue": LLM_QUEUE},
     EVALUATE_TOPIC: {"queue": LLM_QUEUE},
@@ -57,6 +64,10 @@ TASK_ROUTES = {
     RECONCILE: {"queue": FAST_QUEUE},
     INVALIDATE_MEMORY: {"queue": FAST_QUEUE},
     PURGE_IDLE_SESSIONS: {"queue": FAST_QUEUE},
+    DELIVER_WEBHOOK: {"queue": WEBHOOK_QUEUE},
+    DISPATCH_WEBHOOKS: {"queue": FAST_QUEUE},
+    ADVANCE_REEVALUATIONS: {"queue": FAST_QUEUE},
+    START_STALE_REEVALUATION: {"queue": FAST_QUEUE},
 }
 
 # Custom message headers: when the job was handed to the broker, and when it became due

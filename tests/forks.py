@@ -28,6 +28,8 @@ BETA_SUMMARY = {"title": "Beta", "summary": "All about beta.", "include_in_memor
 class HeldLLM:
     """Answers "no drift" at once; holds every summary answer until released."""
 
+    model = "held"
+
     def __init__(self) -> None:
         self.summary_asked = threading.Event()
         self.release = threading.Event()

@@ -12,7 +12,7 @@ from kombu.asynchronous import set_event_loop
 
 
 @contextmanager
-def worker_thread(app: Celery) -> Iterator[Any]:
+def worker_thread(app: Celery, *, concurrency: int = 4) -> Iterator[Any]:
     """Consume `app`'s queues in a thread until the block ends.
 
     The threads pool runs several jobs at once, as production does. There is no ping
@@ -25,6 +25,10 @@ def worker_thread(app: Celery) -> Iterator[Any]:
     """
     set_event_loop(None)
     with start_worker(
-        app, pool="threads", concurrency=4, perform_ping_check=False, shutdown_timeout=30
+        app,
+        pool="threads",
+        concurrency=concurrency,
+        perform_ping_check=False,
+        shutdown_timeout=30,
     ) as worker:
         yield worker

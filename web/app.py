@@ -31,11 +31,13 @@ from web.views import (
     health,
     live,
     memory,
+    reevaluations,
     sessions,
     tools,
     topics,
     triggers,
     usage,
+    webhooks,
 )
 
 log = logging.getLogger(__name__)
@@ -117,6 +119,8 @@ def create_app(
         live.bp,
         erasure.bp,
         usage.bp,
+        reevaluations.bp,
+        webhooks.bp,
     )
     for blueprint in blueprints:
         app.register_api(blueprint)

@@ -5,10 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
+from celery.schedules import crontab
 
 from shared.broker import sender_settings
 from shared.config import Settings
-from shared.queue import PURGE_IDLE_SESSIONS, RECONCILE, SWEEP_IDLE
+from shared.crontab import parse_crontab
+from shared.queue import (
+    ADVANCE_REEVALUATIONS,
+    DISPATCH_WEBHOOKS,
+    PURGE_IDLE_SESSIONS,
+    RECONCILE,
+    START_STALE_REEVALUATION,
+    SWEEP_IDLE,
+)
+from shared.reevaluations.pump import TICK_S as REEVALUATION_TICK_S
 from shared.runtime import Endpoints, resolve_endpoints
 from worker.context import worker_runtime
 from worker.logs import connect_task_context
@@ -23,7 +33,22 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     schedule: dict[str, dict[str, Any]] = {
         "reconcile": {"task": RECONCILE, "schedule": float(settings.reconcile_s)},
         "sweep-idle": {"task": SWEEP_IDLE, "schedule": float(settings.sweep_s)},
+        # Webhook deliveries whose job was lost: the same kind of work as reconcile's.
+        "dispatch-webhooks": {"task": DISPATCH_WEBHOOKS, "schedule": float(settings.reconcile_s)},
     }
+    schedule["advance-reevaluations"] = {
+        "task": ADVANCE_REEVALUATIONS,
+        "schedule": REEVALUATION_TICK_S,
+        # A tick that waited this long in a backed-up queue is dropped: the next one owes
+        # the same topics (the pump counts time, not ticks).
+        "options": {"expires": 10 * REEVALUATION_TICK_S},
+    }
+    if settings.reevaluate_cron is not None:  # checked at start (shared/config.py)
+        fields = parse_crontab(settings.reevaluate_cron)
+        schedule["reevaluate-stale"] = {
+            "task": START_STALE_REEVALUATION,
+            "schedule": crontab(**fields._asdict()),
+        }
     if settings.retention_s > 0:  # 0 keeps every session forever
         schedule["retention"] = {
             "task": PURGE_IDLE_SESSIONS,

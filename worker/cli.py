@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib.metadata import entry_points
@@ -147,44 +148,87 @@ def demo(url: str | None, key: str | None) -> None:
         run_demo(Api(started_url, dev_key))
 
 
+class IsoMoment(click.ParamType):
+    """An ISO-8601 time; one without an offset is UTC."""
+
+    name = "ISO-8601"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, dt.datetime):
+            return value
+        try:
+            parsed = dt.datetime.fromisoformat(value)
+        except ValueError:
+            self.fail(
+                f"{value!r} is not an ISO-8601 time, such as 2026-01-01T00:00:00Z", param, ctx
+            )
+        return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=dt.UTC)
+
+
+# How often `reevaluate` reads its campaign's progress.
+FOLLOW_S = 0.5
+
+
 @main.command()
-@click.option("--org", help="Only this org (its name).")
+@click.option("--org", help="Only this org (its name); default: every org.")
 @click.option("--agent", "agent_id", help="Only this agent id.")
 @click.option("--user", "user_id", help="Only this user id.")
-@click.option("--since", type=click.DateTime(), help="Only topics created at or after (ISO).")
-@click.option("--rate", type=click.FloatRange(min=0.1), default=20.0, show_default=True,
-              help="Jobs enqueued per second, so the llm queue is never flooded.")  # fmt: skip
+@click.option(
+    "--since", type=IsoMoment(), help="Only topics created at or after (ISO; UTC if no offset)."
+)
+@click.option("--rate", type=float, help="Topics enqueued a second (default 5; 0.1 to 1000).")
 def reevaluate(
-    org: str | None, agent_id: str | None, user_id: str | None, since: Any, rate: float
+    org: str | None, agent_id: str | None, user_id: str | None, since: Any, rate: float | None
 ) -> None:
-    """Enqueue re-evaluation of matching topics (e.g. after a prompt or model change)."""
-    from shared.evaluations.reevaluate import Selection, count_topics, reevaluation_jobs
-    from shared.queue import CeleryJobQueue
-    from worker.app import make_celery
+    """Start a re-evaluation campaign of matching topics (after a prompt or model change)
+    and follow it. The worker's beat enqueues them at the rate; Ctrl-C stops following
+    and leaves the campaign running."""
+    from shared.reevaluations.service import start_campaign
 
-    if since is not None and since.tzinfo is None:
-        since = since.replace(tzinfo=dt.UTC)
-    selection = Selection(org=org, agent_id=agent_id, user_id=user_id, since=since)
-    interval, sent = 1.0 / rate, 0
-    with (
-        command_runtime(
-            make_queue=lambda endpoints: CeleryJobQueue(
-                make_celery(load_settings_or_exit(), endpoints=endpoints)
+    with command_runtime() as rt:
+        with rt.unit_of_work() as uow:
+            org_id = org_id_named(uow=uow, org_name=org) if org is not None else None
+            campaign = start_campaign(
+                uow=uow, org_id=org_id, origin="cli", agent_id=agent_id, user_id=user_id,
+                since=since, rate=rate,
+            )  # fmt: skip
+            uow.commit()
+        click.echo(
+            f"re-evaluation {campaign.id}: {campaign.total}"
+            f" topic{'' if campaign.total == 1 else 's'} at {campaign.rate:g} a second",
+            err=True,
+        )
+        try:
+            ended = _follow(rt, campaign.id, campaign.total)
+        except KeyboardInterrupt:
+            click.echo(
+                f"\nstopped following: re-evaluation {campaign.id} keeps running"
+                " (beat enqueues the rest at its rate)",
+                err=True,
             )
-        ) as rt,
-        rt.unit_of_work() as uow,
-    ):
-        queue = rt.queue
-        total = count_topics(uow=uow, selection=selection)
-        with click.progressbar(length=total, label="enqueueing", file=sys.stderr) as bar:
-            next_at = time.monotonic()
-            for job in reevaluation_jobs(uow=uow, selection=selection):
-                time.sleep(max(0.0, next_at - time.monotonic()))
-                queue.send(job)
-                next_at += interval
-                sent += 1
-                bar.update(1)
-    click.echo(f"enqueued {sent} re-evaluations")
+            sys.exit(130)
+    click.echo(
+        f"re-evaluation {ended.id} {ended.state}: {ended.done} done, {ended.failed} failed"
+        f" of {ended.total}"
+    )
+
+
+def _follow(rt: Runtime, campaign_id: uuid.UUID, total: int) -> Any:
+    """The campaign once it is no longer running, its progress shown meanwhile."""
+    from shared.reevaluations.service import read_campaign
+
+    shown = 0
+    with click.progressbar(length=total, label="re-evaluating", file=sys.stderr) as bar:
+        while True:
+            with rt.unit_of_work() as uow:
+                campaign = read_campaign(uow=uow, campaign_id=campaign_id)
+            bar.length = campaign.total  # exact once every topic was enqueued
+            settled = campaign.done + campaign.failed
+            bar.update(settled - shown)
+            shown = settled
+            if campaign.state != "running":
+                return campaign
+            time.sleep(FOLLOW_S)
 
 
 @main.command()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -38,12 +38,23 @@ from prometheus_client import start_http_server as _start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+from sqlalchemy import create_engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.pool import NullPool
 
 from shared.broker import REDIS_SCHEMES
-from shared.metrics import JOBS_ENQUEUED, JOBS_SEND_FAILED
+from shared.db.engine import bound_transactions, make_session_factory, sqlalchemy_url
+from shared.db.uow import UnitOfWork
+from shared.metrics import (
+    JOBS_ENQUEUED,
+    JOBS_SEND_FAILED,
+    REEVALUATION_OUTCOMES,
+    REEVALUATION_TOPICS,
+)
 from shared.metrics_export import multiprocess_registry
-from shared.queue import DUE_AT_HEADER, FIRE_DEBOUNCE, RECONCILE, TASK_ROUTES
+from shared.queue import DUE_AT_HEADER, FIRE_DEBOUNCE, RECONCILE, TASK_ROUTES, RecordingQueue
 from shared.reconcile.service import Reconciled
+from shared.reevaluations.pump import running_totals
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +162,8 @@ def start_at_zero() -> None:
             counter.labels(task)
     for kind in fields(Reconciled):
         RECONCILE_RECOVERED.labels(kind.name)
+    for outcome in REEVALUATION_OUTCOMES:
+        REEVALUATION_TOPICS.labels(outcome)
 
 
 # --- queue depth, read from the broker at scrape time -----------------------------------
@@ -208,6 +221,66 @@ def queue_depth_collector(broker_url: str) -> QueueDepthCollector | None:
     return QueueDepthCollector(client, sorted({route["queue"] for route in TASK_ROUTES.values()}))
 
 
+# --- re-evaluation campaigns, read from PostgreSQL at scrape time ----------------------
+
+REEVALUATIONS_RUNNING = "driftless_reevaluations_running"
+REEVALUATION_TOPICS_PENDING = "driftless_reevaluation_topics_pending"
+
+
+class ReevaluationCollector(Collector):
+    """Running re-evaluation campaigns and their topics not settled yet, as the database
+    has them: every worker reports the same numbers (take the max), whichever ran a tick."""
+
+    def __init__(self, read: Callable[[], tuple[int, int]]) -> None:
+        self._read = read
+        self._failing = False
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self._families())
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            running, pending = self._read()
+        except SQLAlchemyError as exc:
+            if not self._failing:
+                log.warning("re-evaluation gauges unavailable: %s", exc)
+            self._failing = True
+            return []
+        self._failing = False
+        campaigns, topics = self._families()
+        campaigns.add_metric([], float(running))
+        topics.add_metric([], float(pending))
+        return [campaigns, topics]
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+        return (
+            GaugeMetricFamily(REEVALUATIONS_RUNNING, "Re-evaluation campaigns running"),
+            GaugeMetricFamily(
+                REEVALUATION_TOPICS_PENDING,
+                "Topics of running re-evaluation campaigns not settled yet (done or failed)",
+            ),
+        )
+
+
+def reevaluation_collector(database_url: str) -> ReevaluationCollector:
+    """The collector, on a connection of its own for each scrape: the worker's main process
+    keeps none open for a prefork child to inherit."""
+    # A scrape answers while PostgreSQL hangs, as the queue depth does while Redis does;
+    # bounded per transaction, as PgBouncer in transaction mode wants (shared/db/engine.py).
+    engine = create_engine(
+        sqlalchemy_url(database_url), poolclass=NullPool, connect_args={"connect_timeout": 1}
+    )
+    bound_transactions(engine, lock_timeout_s=DEPTH_TIMEOUT_S, statement_timeout_s=DEPTH_TIMEOUT_S)
+    factory = make_session_factory(engine)
+
+    def read() -> tuple[int, int]:
+        with UnitOfWork(factory, RecordingQueue()) as uow:
+            return running_totals(uow=uow)
+
+    return ReevaluationCollector(read)
+
+
 # --- the exporter (the worker's main process only) -------------------------------------
 
 
@@ -243,7 +316,10 @@ def _on_worker_init(sender: Any = None, instance: Any = None, **_: Any) -> None:
         return
     start_at_zero()
     depth = queue_depth_collector(runtime.endpoints.broker_url)
-    start_exporter(runtime.settings.worker_metrics_port, collectors=[depth] if depth else [])
+    collectors: list[Collector] = [reevaluation_collector(runtime.endpoints.database_url)]
+    start_exporter(
+        runtime.settings.worker_metrics_port, collectors=[*collectors, *([depth] if depth else [])]
+    )
 
 
 def _on_process_shutdown(pid: int | None = None, **_: Any) -> None:

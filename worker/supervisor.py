@@ -69,9 +69,10 @@ def _commands(settings: Settings) -> dict[str, list[str]]:
             "--no-control-socket", "web.app:create_app()",
         ],
         "worker": [
-            # One process for both queues on a laptop, as the Procfile's worker: gevent
+            # One process for every queue on a laptop, as the Procfile's worker: gevent
             # is the measured choice for LLM-bound work (docs/benchmarks.md, P4).
-            str(bin_dir / "celery"), "-A", "worker.main", "worker", "--queues", "llm,fast",
+            str(bin_dir / "celery"), "-A", "worker.main", "worker",
+            "--queues", "llm,fast,webhooks",
             "--pool", "gevent", "--concurrency", "128", "--loglevel", "INFO",
         ],
         "beat": [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import uuid
@@ -17,21 +18,30 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from shared.evaluations.pipeline import evaluation_job
 from shared.evaluations.requests import sweep_idle as sweep
 from shared.evaluations.summarize import summary_job
+from shared.llm.factory import configured_model
 from shared.llm.ratelimit import RateLimited
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
 from shared.queue import (
+    ADVANCE_REEVALUATIONS,
+    DELIVER_WEBHOOK,
+    DISPATCH_WEBHOOKS,
     EVALUATE_TOPIC,
     FIRE_DEBOUNCE,
     INVALIDATE_MEMORY,
     PURGE_IDLE_SESSIONS,
     RECONCILE,
+    START_STALE_REEVALUATION,
     SUMMARIZE_TOPIC,
     SWEEP_IDLE,
 )
 from shared.reconcile.service import reconcile as reconcile_lost
+from shared.reevaluations.pump import advance_campaigns, settle_item
+from shared.reevaluations.service import start_stale_campaign
 from shared.retention.service import purge_idle_sessions as purge_idle
 from shared.triggers.service import fire_debounce as fire
+from shared.webhooks.delivery import WebhookSlots, deliver, overdue_jobs
+from shared.webhooks.events import purge_old_events
 from worker.context import context_of, unit_of_work
 
 log = logging.getLogger(__name__)
@@ -63,8 +73,34 @@ def _within_quota(task: Task) -> Iterator[None]:
         ) from exc
 
 
-@shared_task(name=SUMMARIZE_TOPIC, **LLM_TASK_OPTIONS)
-def summarize_topic(self: Task, topic_id: str, trigger: str = "topic_closed") -> str:
+def _settle(task: Task, campaign_id: str, topic_id: str, *, failed: bool) -> None:
+    """The job of a re-evaluation campaign's topic ended: its item is settled."""
+    with unit_of_work(task.app) as uow:
+        settle_item(
+            uow=uow, campaign_id=uuid.UUID(campaign_id), topic_id=uuid.UUID(topic_id),
+            failed=failed,
+        )  # fmt: skip
+        uow.commit()
+
+
+class CampaignJob(Task):
+    """A job that may be a re-evaluation campaign's (a `campaign_id` kwarg): when it fails
+    for good (not retrying), its item is settled as failed."""
+
+    def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        campaign_id = (kwargs or {}).get("campaign_id")
+        if not campaign_id:
+            return
+        try:
+            _settle(self, campaign_id, kwargs["topic_id"], failed=True)
+        except Exception:  # the pump counts it failed once its item times out
+            log.exception("could not settle topic %s of re-evaluation %s", kwargs, campaign_id)
+
+
+@shared_task(name=SUMMARIZE_TOPIC, base=CampaignJob, **LLM_TASK_OPTIONS)
+def summarize_topic(
+    self: Task, topic_id: str, trigger: str = "topic_closed", campaign_id: str | None = None
+) -> str:
     """Summarize one topic; a repeat for an unchanged topic makes no LLM call, writes nothing."""
     context = context_of(self.app)
     with _within_quota(self):
@@ -76,6 +112,8 @@ def summarize_topic(self: Task, topic_id: str, trigger: str = "topic_closed") ->
             trigger=trigger,
         )
     log.info("summarize_topic %s: %s", topic_id, outcome.outcome)
+    if campaign_id:
+        _settle(self, campaign_id, topic_id, failed=False)
     return outcome.outcome
 
 
@@ -114,8 +152,8 @@ def purge_idle_sessions(self: Task) -> dict[str, int]:
     return purged.as_dict()
 
 
-@shared_task(name=EVALUATE_TOPIC, **LLM_TASK_OPTIONS)
-def evaluate_topic(self: Task, topic_id: str, trigger: str) -> str:
+@shared_task(name=EVALUATE_TOPIC, base=CampaignJob, **LLM_TASK_OPTIONS)
+def evaluate_topic(self: Task, topic_id: str, trigger: str, campaign_id: str | None = None) -> str:
     """Drift detection, then a silent fork or an in-place refresh (R30); arms R28's guard."""
     context = context_of(self.app)
     with _within_quota(self):
@@ -129,6 +167,8 @@ def evaluate_topic(self: Task, topic_id: str, trigger: str) -> str:
             scan_back=context.settings.scan_back,
         )
     log.info("evaluate_topic %s (%s): %s", topic_id, trigger, outcome.outcome)
+    if campaign_id:
+        _settle(self, campaign_id, topic_id, failed=False)
     return outcome.outcome
 
 
@@ -156,3 +196,58 @@ def sweep_idle(self: Task) -> int:
         queue=context.queue,
         idle=dt.timedelta(seconds=context.settings.idle_s),
     )
+
+
+@shared_task(
+    name=DELIVER_WEBHOOK, bind=True, autoretry_for=(*RETRYABLE, RedisError), retry_backoff=True
+)
+def deliver_webhook(self: Task, delivery_id: int) -> int:
+    """Attempt a webhook delivery, then its subscription's other due ones (attempts made)."""
+    context = context_of(self.app)
+    policy = context.webhook_policy
+    return deliver(
+        new_uow=lambda: unit_of_work(self.app),
+        slots=WebhookSlots(context.redis, hold=policy.lease),
+        http=context.webhook_http,
+        box=context.secret_box,
+        policy=policy,
+        delivery_id=delivery_id,
+    )
+
+
+@shared_task(name=DISPATCH_WEBHOOKS, bind=True)
+def dispatch_webhooks(self: Task) -> int:
+    """Beat: a job for every webhook delivery overdue (its job lost, or a long backoff);
+    events past their retention go."""
+    now = dt.datetime.now(dt.UTC)
+    grace = dt.timedelta(seconds=context_of(self.app).settings.reconcile_s)
+    with unit_of_work(self.app) as uow:
+        jobs = overdue_jobs(uow, now=now, grace=grace)
+        for job in jobs:
+            uow.enqueue(job)
+        purge_old_events(uow, now=now)
+        uow.commit()
+    return len(jobs)
+
+
+@shared_task(name=ADVANCE_REEVALUATIONS, bind=True)
+def advance_reevaluations(self: Task) -> dict[str, int]:
+    """Beat, every second: each running re-evaluation campaign's topics enqueued at its rate."""
+    now = dt.datetime.now(dt.UTC)
+    tick = advance_campaigns(new_uow=lambda: unit_of_work(self.app), now=now)
+    return dataclasses.asdict(tick)
+
+
+@shared_task(name=START_STALE_REEVALUATION, bind=True)
+def start_stale_reevaluation(self: Task) -> str | None:
+    """Beat, on DRIFTLESS_REEVALUATE_CRON: a campaign over every topic summarized by an older
+    prompt version or model; none while the previous one still runs."""
+    model = configured_model(context_of(self.app).settings)
+    with unit_of_work(self.app) as uow:
+        campaign = start_stale_campaign(uow=uow, model=model)
+        uow.commit()
+    if campaign is None:
+        log.info("the previous scheduled re-evaluation still runs; none started")
+        return None
+    log.info("scheduled re-evaluation %s started: %d topics", campaign.id, campaign.total)
+    return str(campaign.id)

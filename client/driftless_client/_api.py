@@ -253,6 +253,65 @@ class Operations(Generic[_Answer, _Nothing]):
             params = {"since": since if isinstance(since, str) else since.isoformat()}
         return self._call(Call("GET", "/usage", params=params))
 
+    # --- re-evaluation campaigns ---------------------------------------------------
+
+    def start_reevaluation(
+        self,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        since: dt.datetime | str | None = None,
+        rate: float | None = None,
+    ) -> _Answer:
+        """`POST /reevaluations`: re-evaluate the org's matching topics (all of them by
+        default; `since` a `datetime` with a timezone or an ISO-8601 string) at `rate`
+        topics a second; `{id, state, total}`."""
+        body: JSON = {}
+        if agent_id is not None:
+            body["agentId"] = agent_id
+        if user_id is not None:
+            body["userId"] = user_id
+        if since is not None:
+            body["since"] = since if isinstance(since, str) else since.isoformat()
+        if rate is not None:
+            body["rate"] = rate
+        return self._call(Call("POST", "/reevaluations", json=body))
+
+    def reevaluations(self) -> _Answer:
+        """`GET /reevaluations`: the org's campaigns, newest first, `{reevaluations}`."""
+        return self._call(Call("GET", "/reevaluations"))
+
+    def reevaluation(self, campaign_id: Id) -> _Answer:
+        """`GET /reevaluations/{id}`: one campaign, `{id, state, total, enqueued, done,
+        failed, createdAt, finishedAt, ...}`."""
+        return self._call(Call("GET", f"/reevaluations/{_seg(campaign_id)}"))
+
+    def cancel_reevaluation(self, campaign_id: Id) -> _Answer:
+        """`DELETE /reevaluations/{id}`: stop enqueuing; the campaign, `cancelled` (a
+        finished one is an ApiError 409)."""
+        return self._call(Call("DELETE", f"/reevaluations/{_seg(campaign_id)}"))
+
+    # --- webhooks -------------------------------------------------------------------
+
+    def create_webhook(self, url: str, events: Sequence[str], secret: str | None = None) -> _Answer:
+        """`POST /webhooks`: subscribe `url` to event types; the answer's `secret` (made
+        for you unless given, `whsec_…`) is shown only here: keep it to verify deliveries."""
+        body: JSON = {"url": url, "events": list(events)}
+        if secret is not None:
+            body["secret"] = secret
+        return self._call(Call("POST", "/webhooks", json=body))
+
+    def webhooks(self) -> _Answer:
+        """`GET /webhooks`: the org's subscriptions, `{webhooks}` (never their secrets)."""
+        return self._call(Call("GET", "/webhooks"))
+
+    def delete_webhook(self, webhook_id: Id) -> _Nothing:
+        """`DELETE /webhooks/{id}`: unsubscribe; nothing more is delivered to it."""
+        return self._call_no_content(Call("DELETE", f"/webhooks/{_seg(webhook_id)}"))
+
+    def webhook_deliveries(self, webhook_id: Id) -> _Answer:
+        """`GET /webhooks/{id}/deliveries`: its newest deliveries first, `{deliveries}`."""
+        return self._call(Call("GET", f"/webhooks/{_seg(webhook_id)}/deliveries"))
+
     # --- the API itself -------------------------------------------------------------
 
     def openapi(self) -> _Answer:

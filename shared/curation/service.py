@@ -27,6 +27,7 @@ from shared.memory.versions import memory_changed
 from shared.metrics import MEMORY_CHANGES, count_on_commit
 from shared.sessions.service import get_topic
 from shared.topics.models import MemoryState, Topic
+from shared.webhooks.events import TOPIC_MEMORY_CHANGED, record_event, scope_data
 
 
 def flags_of(topic: Topic) -> MemoryFlags:
@@ -85,6 +86,18 @@ def record_change(
     )
     if (old.keep, old.deprecated) != (new.keep, new.deprecated):
         memory_changed(uow=uow, scope=scope)
+    if old.state != new.state:
+        record_event(
+            uow,
+            org_id=scope.org_id,
+            type=TOPIC_MEMORY_CHANGED,
+            data={
+                **scope_data(scope, topic),
+                "memoryState": new.state,
+                "previousMemoryState": old.state,
+                "actor": actor,
+            },
+        )
     for change in memory_transitions(old, new):
         count_on_commit(uow.session, MEMORY_CHANGES.labels(change, actor))
     return True

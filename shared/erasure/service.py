@@ -1,5 +1,6 @@
 """One call removes an org + agent + user: sessions, topics, messages, notes, forks,
-evaluations and curation audit rows (all cascade from the sessions), durable facts, and
+evaluations and curation audit rows (all cascade from the sessions), durable facts, the
+webhook events about them, and
 afterwards the Redis state keyed by them. Audit rows go too: they hold titles and who
 decided what about this user's conversations, which is the user's data.
 
@@ -30,6 +31,7 @@ from shared.reconcile.claims import forget_claims
 from shared.sessions.models import ChatSession, Message
 from shared.topics.models import Fork, Topic
 from shared.triggers.debounce import forget_topic
+from shared.webhooks.models import WebhookEvent
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +97,15 @@ def erase_user(*, uow: UnitOfWork, scope: Scope) -> Erased:
             MemoryVersion.org_id == scope.org_id,
             MemoryVersion.agent_id == scope.agent_id,
             MemoryVersion.user_id == scope.user_id,
+        )
+    )
+    # Webhook events about the scope hold its titles, summaries and facts; their
+    # deliveries go with them (a delivery still owed is not sent).
+    uow.session.execute(
+        delete(WebhookEvent).where(
+            WebhookEvent.org_id == scope.org_id,
+            WebhookEvent.agent_id == scope.agent_id,
+            WebhookEvent.user_id == scope.user_id,
         )
     )
     # Topics, messages, notes, forks, evaluations and audit rows cascade from the sessions.

@@ -95,14 +95,20 @@ def evaluate_topic(
     scan_back: int,
 ) -> EvaluationOutcome:
     """Evaluate the active topic: fork it on drift, refresh it otherwise (R30)."""
-    job = _Job(topic_id=topic_id, trigger=trigger, started_at=dt.datetime.now(dt.UTC))
+    job = _Job(
+        topic_id=topic_id, trigger=trigger, started_at=dt.datetime.now(dt.UTC), model=llm.model
+    )
 
     # 1. Anything to evaluate? A topic with nothing new since its summary costs no call.
     with new_uow() as uow:
         topic = uow.session.get(Topic, topic_id)
         if topic is None:
             return EvaluationOutcome(topic_id, "skipped")
-        if topic.status != "active" or topic.last_message_id is None or is_summary_current(topic):
+        if (
+            topic.status != "active"
+            or topic.last_message_id is None
+            or is_summary_current(topic, llm.model)
+        ):
             # Closed (its summary is the close path's), empty, or unchanged: no LLM call.
             job.audit(uow, outcome="skipped", completions=[], llm_calls=0, error=None)
             last_seen = topic.last_message_id
@@ -145,6 +151,7 @@ class _Job:
     topic_id: uuid.UUID
     trigger: str
     started_at: dt.datetime
+    model: str  # the model asked, recorded as the summary's maker
 
     def audit(
         self,
@@ -197,7 +204,7 @@ def _apply_fork(
         return EvaluationOutcome(job.topic_id, "skipped")
     _, error = apply_summary(
         uow=uow, topic=forked.prior, scope=Scope.of(forked.session), snapshot=snapshot,
-        completion=answers.summary, error=answers.error,
+        completion=answers.summary, error=answers.error, model=job.model,
     )  # fmt: skip
     record_fork(uow=uow, forked=forked, first_message_id=decision.first_message_id)
     new = forked.new
@@ -215,7 +222,7 @@ def _apply_refresh(
     if locked is None:
         return EvaluationOutcome(job.topic_id, "skipped")
     topic, scope = locked
-    if is_stored(topic, snapshot):  # a concurrent evaluation got here first
+    if is_stored(topic, snapshot, job.model):  # a concurrent evaluation got here first
         return EvaluationOutcome(job.topic_id, "skipped", job.topic_id, snapshot.last_message_id)
     if not still_describes(uow=uow, topic=topic, snapshot=snapshot):
         # A fork committed while the LLM answered: the answer is about contents the
@@ -229,7 +236,7 @@ def _apply_refresh(
         return EvaluationOutcome(job.topic_id, "skipped")
     refresh, error = apply_summary(
         uow=uow, topic=topic, scope=scope, snapshot=snapshot, completion=answers.summary,
-        error=answers.error,
+        error=answers.error, model=job.model,
     )  # fmt: skip
     outcome = EvaluationOutcome(
         job.topic_id, refresh, job.topic_id, snapshot.last_message_id, topic.session_id

@@ -60,7 +60,7 @@ def summarize_topic(
     """Summarize the topic with one LLM call, unless its summary is already current."""
     started_at = dt.datetime.now(dt.UTC)
     with new_uow() as uow:
-        snapshot = take_snapshot(uow=uow, topic_id=topic_id)
+        snapshot = take_snapshot(uow=uow, topic_id=topic_id, model=llm.model)
     if snapshot is None:
         return SummaryOutcome(topic_id, "skipped")
     completion, error = ask_summary(llm, snapshot)
@@ -69,7 +69,7 @@ def summarize_topic(
         if locked is None:
             return SummaryOutcome(topic_id, "skipped")
         topic, scope = locked
-        if is_stored(topic, snapshot):
+        if is_stored(topic, snapshot, llm.model):
             return SummaryOutcome(topic_id, "skipped", topic.keep_in_memory)
         if not still_describes(uow=uow, topic=topic, snapshot=snapshot):
             # Whatever changed it (a fork) enqueued the summary of what it is now.
@@ -77,7 +77,7 @@ def summarize_topic(
             return SummaryOutcome(topic_id, "skipped", topic.keep_in_memory)
         outcome, error = apply_summary(
             uow=uow, topic=topic, scope=scope, snapshot=snapshot, completion=completion,
-            error=error,
+            error=error, model=llm.model,
         )  # fmt: skip
         record_evaluation(
             uow=uow, topic_id=topic_id, trigger=trigger, outcome=outcome,

@@ -15,6 +15,7 @@ from shared.db.uow import UnitOfWork
 from shared.facts.models import FactsDocument
 from shared.limits import MAX_FACT_VALUE_BYTES, MAX_FACTS_BYTES, check_json, check_size
 from shared.memory.scope import Scope
+from shared.webhooks.events import FACTS_CHANGED, record_event
 
 
 def _scope_filter(scope: Scope) -> tuple[Any, ...]:
@@ -55,14 +56,42 @@ def merge_facts(*, uow: UnitOfWork, scope: Scope, facts: dict[str, Any]) -> dict
     with uow.session.begin_nested():
         document: dict[str, Any] = uow.session.execute(statement).scalar_one()
         check_size(document, what="the facts document", max_bytes=MAX_FACTS_BYTES)
+    _facts_changed(uow=uow, scope=scope, document=document, set_keys=list(facts), unset_keys=[])
     return document
 
 
 def unset_fact(*, uow: UnitOfWork, scope: Scope, key: str) -> bool:
     """Delete one entry; False if there was none."""
-    removed = uow.session.execute(
+    document = uow.session.execute(
         update(FactsDocument)
         .where(*_scope_filter(scope), FactsDocument.document.has_key(key))
         .values(document=FactsDocument.document.op("-")(key), updated_at=func.now())
+        .returning(FactsDocument.document)
+    ).scalar()
+    if document is None:
+        return False
+    _facts_changed(uow=uow, scope=scope, document=document, set_keys=[], unset_keys=[key])
+    return True
+
+
+def _facts_changed(
+    *,
+    uow: UnitOfWork,
+    scope: Scope,
+    document: dict[str, Any],
+    set_keys: list[str],
+    unset_keys: list[str],
+) -> None:
+    """The facts.changed event: which keys changed, and the whole document as it now is."""
+    record_event(
+        uow,
+        org_id=scope.org_id,
+        type=FACTS_CHANGED,
+        data={
+            "agentId": scope.agent_id,
+            "userId": scope.user_id,
+            "set": set_keys,
+            "unset": unset_keys,
+            "facts": document,
+        },
     )
-    return bool(removed.rowcount)  # type: ignore[attr-defined]

@@ -6,7 +6,7 @@ import redis
 
 from shared.config import Settings
 from shared.llm.base import LLM, CallListener
-from shared.llm.local_provider import LocalProvider
+from shared.llm.local_provider import LOCAL_MODEL, LocalProvider
 from shared.llm.openai_provider import OpenAIProvider
 from shared.llm.ratelimit import (
     DEFAULT_MAX_WAIT_S,
@@ -54,6 +54,12 @@ def make_llm(
     name = bucket_name(provider="openai", base_url=settings.openai_base_url, model=provider.model)
     bucket = TokenBucket(redis_client, name=name, limits=limits)
     return RateLimitedLLM(provider, bucket, retries=settings.llm_max_retries)
+
+
+def configured_model(settings: Settings) -> str:
+    """The model `make_llm(settings)` asks (its `model`), without building a client: what a
+    summary records as its maker (topics.summary_model)."""
+    return settings.llm_model if settings.llm_provider == "openai" else LOCAL_MODEL
 
 
 def longest_llm_call_s(settings: Settings) -> float:

@@ -16,6 +16,7 @@ from shared.metrics import FORKS, count_on_commit
 from shared.sessions.models import ChatSession, Message
 from shared.sessions.service import active_topic
 from shared.topics.models import Fork, Topic
+from shared.webhooks.events import TOPIC_FORKED, record_event
 
 
 @dataclass(frozen=True)
@@ -106,3 +107,18 @@ def record_fork(*, uow: UnitOfWork, forked: ForkedTopics, first_message_id: int)
         )
     )
     count_on_commit(uow.session, FORKS)
+    session = forked.session
+    record_event(
+        uow,
+        org_id=session.org_id,
+        type=TOPIC_FORKED,
+        data={
+            "sessionId": str(session.id),
+            "agentId": session.agent_id,
+            "userId": session.user_id,
+            "fromTopicId": str(forked.prior.id),
+            "fromTitle": forked.prior.title,
+            "toTopicId": str(forked.new.id),
+            "toTitle": forked.new.title,
+        },
+    )

@@ -41,6 +41,7 @@ from shared.sessions.models import ChatSession, Message
 from shared.summaries.rules import fallback_summary, parse_summary_answer
 from shared.summaries.transcript import TopicSnapshot, read_transcript
 from shared.topics.models import Topic
+from shared.webhooks.events import TOPIC_SUMMARIZED, record_event, scope_data
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ class TopicHead:
     last_message_id: int | None
     summarized_through_id: int | None
     summary_prompt_version: str | None
+    summary_model: str | None
     message_count: int
     tool_message_count: int
 
@@ -120,17 +122,26 @@ _SURROUNDINGS = select(*_surrounding_columns(bindparam("through")))
 _ROWS_THROUGH = _rows_up_to(bindparam("through"))
 
 
-def is_summary_current(topic: Topic | TopicHead) -> bool:
-    return not topic.summary_pending and topic.summary_prompt_version == SUMMARY_PROMPT_VERSION
+def made_by(topic: Topic | TopicHead, model: str) -> bool:
+    """The topic's summary came from the current prompt and `model`. A summary made before
+    the model was recorded (NULL) counts as the current model's: only a change seen is
+    one (an upgrade must not re-summarize every topic)."""
+    return topic.summary_prompt_version == SUMMARY_PROMPT_VERSION and (
+        topic.summary_model is None or topic.summary_model == model
+    )
 
 
-def take_snapshot(*, uow: UnitOfWork, topic_id: uuid.UUID) -> TopicSnapshot | None:
+def is_summary_current(topic: Topic | TopicHead, model: str) -> bool:
+    return not topic.summary_pending and made_by(topic, model)
+
+
+def take_snapshot(*, uow: UnitOfWork, topic_id: uuid.UUID, model: str) -> TopicSnapshot | None:
     """What to summarize, or None when there is nothing to do."""
     row = uow.session.connection().execute(_HEAD_AND_SURROUNDINGS, {"topic": topic_id}).first()
     if row is None:
         return None
     topic = TopicHead(**{name: row._mapping[name] for name in _HEAD_FIELDS})
-    if topic.last_message_id is None or is_summary_current(topic):
+    if topic.last_message_id is None or is_summary_current(topic, model):
         return None
     surroundings = Surroundings(row.first_user_message, row.notes, row.rows_through, row.org_id)
     snapshot = snapshot_of(uow=uow, topic=topic, surroundings=surroundings)
@@ -257,8 +268,10 @@ def apply_summary(
     snapshot: TopicSnapshot,
     completion: Completion | None,
     error: str | None,
+    model: str,
 ) -> tuple[str, str | None]:
-    """Store the summary on the (row-locked) topic: ("refresh" | "fallback", error)."""
+    """Store the summary on the (row-locked) topic: ("refresh" | "fallback", error).
+    `model` is the one asked (as configured), recorded as the summary's maker."""
     parsed = parse_summary_answer(completion.text) if completion else None
     flags = flags_of(topic)
     shown_before = (topic.title, topic.summary)
@@ -293,16 +306,29 @@ def apply_summary(
         memory_changed(uow=uow, scope=scope)
     topic.summarized_through_id = snapshot.last_message_id
     topic.summary_prompt_version = SUMMARY_PROMPT_VERSION
+    # Even for a fallback: the model was asked, so a re-evaluation for a model change
+    # does not ask it again (R14's fallback is final until the topic changes).
+    topic.summary_model = model
     topic.summarized_at = func.now()
     if topic.status == "closed":
         # R24: notes are archived in the transaction that stores the summary made from them.
         archive_notes(uow=uow, topic_id=topic.id)
+    record_event(
+        uow,
+        org_id=scope.org_id,
+        type=TOPIC_SUMMARIZED,
+        data={
+            **scope_data(scope, topic),
+            "title": topic.title,
+            "summary": topic.summary,
+            "summarySource": topic.summary_source,
+            "status": topic.status,
+            "memoryState": flags.state,
+        },
+    )
     return outcome, error
 
 
-def is_stored(topic: Topic, snapshot: TopicSnapshot) -> bool:
+def is_stored(topic: Topic, snapshot: TopicSnapshot, model: str) -> bool:
     """A duplicate job already stored a summary of exactly this snapshot."""
-    return (
-        topic.summarized_through_id == snapshot.last_message_id
-        and topic.summary_prompt_version == SUMMARY_PROMPT_VERSION
-    )
+    return topic.summarized_through_id == snapshot.last_message_id and made_by(topic, model)

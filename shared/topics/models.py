@@ -88,6 +88,9 @@ class Topic(Base):
     # A job that finds both unchanged has nothing to do (idempotent summarization).
     summarized_through_id: Mapped[int | None] = mapped_column(BigInteger)
     summary_prompt_version: Mapped[str | None] = mapped_column(String(32))
+    # The model (as configured) that made the summary; NULL for summaries made before it
+    # was recorded, which count as made by the current model (shared/summaries/service.py).
+    summary_model: Mapped[str | None] = mapped_column(Text)
     # clock_timestamp, not now(): topics opened in one transaction still order by creation.
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.clock_timestamp()

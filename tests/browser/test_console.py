@@ -224,3 +224,24 @@ def test_screenshot_of_the_session_view(
     assert overflow <= 0, f"{overflow}px of horizontal scroll at 360px"
     page.screenshot(path=str(artifacts / "console-session-360.png"), full_page=True)
     assert js_errors == []
+
+
+def test_the_home_page_lists_the_orgs_reevaluations_with_their_progress(
+    page: Page, live_server: LiveServer, console_key: str, api: Api, js_errors: list[str]
+) -> None:
+    session = _new_session(api)
+    _talk(api, session["id"], [("user", "We ship the billing stack on Friday.")])
+    running = api("POST", "/reevaluations", {"rate": 0.1})  # no beat here: it stays running
+    finished = api("POST", "/reevaluations", {"agentId": "nobody"})  # nothing to do
+    try:
+        _sign_in(page, live_server.url, console_key)
+        rows = page.locator("[data-reevaluation-id]")
+        expect(rows).to_have_count(2)
+        expect(rows.first).to_have_attribute("data-reevaluation-id", finished["id"])  # newest
+        row = page.locator(f'[data-reevaluation-id="{running["id"]}"]')
+        expect(row).to_have_attribute("data-state", "running")
+        expect(row).to_contain_text("0 / 1 topic")
+        expect(rows.first).to_have_attribute("data-state", "finished")
+        assert js_errors == []
+    finally:
+        api("DELETE", f"/reevaluations/{running['id']}")  # committed: no later tick takes it

@@ -47,6 +47,7 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
             CELERY_BROKER_URL=redis.url,
             DRIFTLESS_LLM="local",
             DRIFTLESS_DEBOUNCE_MS="0",  # an exit trigger fires at once
+            DRIFTLESS_WEBHOOK_ALLOW_PRIVATE="true",  # the tests' receiver is on 127.0.0.1
         )
         port = free_port()
         children = (

@@ -18,6 +18,8 @@ from driftless_client import ApiError, Client
 from driftless_client._api import API_PREFIX, Call, Operations, events_call
 from tests.client.conftest import System
 from tests.faults.procs import wait_until
+from tests.helpers import wait_for
+from tests.webhook_receiver import Receiver
 
 # Ids are opaque: a path or a query must carry them without bending.
 ODD_ID = "a:{b} c/é"
@@ -169,6 +171,49 @@ def test_the_orgs_usage_counts_the_llm_calls_the_worker_made_for_it(
     assert raised.value.message.startswith("since: ")
 
 
+def test_a_reevaluation_is_started_read_listed_and_cancelled(client: Client) -> None:
+    sid = client.create_session("support-bot", "user-10")["id"]
+    client.post_messages(sid, {"role": "user", "content": "Ship the invoices on Friday."})
+    since = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+
+    started = client.start_reevaluation(agent_id="support-bot", since=since, rate=0.5)
+
+    assert (started["state"], started["total"]) == ("running", 1)  # no beat here: it waits
+    shown = client.reevaluation(started["id"])
+    assert (shown["agentId"], shown["userId"], shown["rate"]) == ("support-bot", None, 0.5)
+    assert dt.datetime.fromisoformat(shown["since"]) == since
+    assert [c["id"] for c in client.reevaluations()["reevaluations"]] == [started["id"]]
+    assert client.cancel_reevaluation(started["id"])["state"] == "cancelled"
+    nothing = client.start_reevaluation(user_id="nobody")
+    assert nothing["state"] == "finished"
+    with pytest.raises(ApiError) as raised:
+        client.cancel_reevaluation(nothing["id"])
+    assert (raised.value.status, raised.value.code) == (409, "conflict")
+    with pytest.raises(ApiError) as raised:
+        client.start_reevaluation(rate=0)
+    assert (raised.value.status, raised.value.message[:5]) == (422, "rate:")
+
+
+def test_a_webhook_receives_a_facts_change_signed_and_is_deleted(client: Client) -> None:
+    with Receiver() as receiver:
+        webhook = client.create_webhook(receiver.url + "/hook", ["facts.changed"])
+        receiver.secret = webhook["secret"]
+        client.merge_facts("agent-1", "ada", {"plan": "pro"})
+
+        def delivered() -> list[Any] | None:
+            deliveries = client.webhook_deliveries(webhook["id"])["deliveries"]
+            return deliveries if [d["status"] for d in deliveries] == ["delivered"] else None
+
+        (delivery,) = wait_for(delivered, timeout=30, what="the worker to deliver the event")
+        (event,) = receiver.events().values()
+
+    assert event["data"]["facts"] == {"plan": "pro"}  # verified with the secret shown once
+    assert receiver.requests[0].headers["webhook-id"] == delivery["eventId"]
+    assert [w["id"] for w in client.webhooks()["webhooks"]] == [webhook["id"]]
+    assert client.delete_webhook(webhook["id"]) is None
+    assert client.webhooks() == {"webhooks": []}
+
+
 def test_the_agent_profile_tools_notes_and_working_memory(client: Client) -> None:
     agent = client.put_agent("support-bot", soul="You are terse.", skills=["billing"])
     assert client.agent("support-bot") == agent
@@ -313,6 +358,14 @@ def test_the_client_has_one_method_for_every_operation_of_the_openapi_document(
         "merge_facts": r.merge_facts("a", "u", {}),
         "delete_fact": r.delete_fact("a", "u", "{key}"),
         "usage": r.usage(),
+        "start_reevaluation": r.start_reevaluation(),
+        "reevaluations": r.reevaluations(),
+        "reevaluation": r.reevaluation("{reevaluation_id}"),
+        "cancel_reevaluation": r.cancel_reevaluation("{reevaluation_id}"),
+        "create_webhook": r.create_webhook("http://8.8.8.8/", ["facts.changed"]),
+        "webhooks": r.webhooks(),
+        "delete_webhook": r.delete_webhook("{webhook_id}"),
+        "webhook_deliveries": r.webhook_deliveries("{webhook_id}"),
         "openapi": r.openapi(),
     }
     public = {name for name in dir(Client) if not name.startswith("_")} - {"close"}

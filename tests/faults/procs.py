@@ -159,7 +159,7 @@ class Processes:
         # test's backlog of LLM jobs drains in a few rounds). No mingle or gossip: they
         # only slow a start down (a second of neighbour search).
         argv = [
-            str(BIN / "celery"), "-A", "worker.main", "worker", "--queues", "llm,fast",
+            str(BIN / "celery"), "-A", "worker.main", "worker", "--queues", "llm,fast,webhooks",
             "--pool", pool, "--concurrency", str(concurrency), "--loglevel", "INFO",
             "--without-mingle", "--without-gossip",
         ]  # fmt: skip

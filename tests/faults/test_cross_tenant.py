@@ -43,6 +43,7 @@ from shared.db.uow import UnitOfWork
 from shared.llm.base import LLMCall, Usage
 from shared.queue import RecordingQueue
 from shared.usage.service import record_llm_usage
+from shared.webhooks.events import EVENT_TYPES
 from tests.conftest import new_key
 from tests.faults.conftest import report
 from tests.helpers import new_session, post_message
@@ -51,7 +52,7 @@ from web.runtime import unit_of_work
 PREFIX = "/agents-api/"
 UNPROBED = {"/agents-api/openapi.json"}  # public, names nothing
 # Path parameters that name a resource of one org: another org must get 404 there.
-OWNED = {"sid", "tid"}
+OWNED = {"sid", "tid", "webhook_id", "reevaluation_id"}
 TOOLS = ("notes", "important_info", "manage_topic_memory")
 
 
@@ -66,12 +67,14 @@ class World:
     fact_key: str
     sid: str
     topics: tuple[str, str]  # (closed and promoted, active)
+    webhook_id: str  # subscribed to every event type; its URL carries the secret
+    reevaluation_id: str  # a running campaign over its topics
     secret: str
 
     @property
     def markers(self) -> tuple[str, ...]:
         """Strings that identify this org's rows, Redis keys and jobs."""
-        return (self.org_id, self.sid, *self.topics)
+        return (self.org_id, self.sid, *self.topics, self.webhook_id, self.reevaluation_id)
 
     def names(self) -> dict[str, list[str]]:
         """Values for parameters and body fields, by name."""
@@ -85,6 +88,11 @@ class World:
             "key": [self.fact_key],
             "topicId": [self.topics[0]],
             "name": list(TOOLS),  # the tools are built-in, not org data
+            "webhook_id": [self.webhook_id],
+            "reevaluation_id": [self.reevaluation_id],
+            # A subscription's fields (public addresses: private ones are refused).
+            "url": ["http://8.8.8.8/probe"],
+            "events": [["facts.changed"]],
         }
 
 
@@ -113,6 +121,9 @@ def _make_world(client: FlaskClient, factory: sessionmaker[Session]) -> World:
         return response.json
 
     ok(client.put(f"/agents-api/agents/{agent}", json={"soul": secret}, headers=auth))
+    # Subscribed first, so the changes below are events with deliveries.
+    webhook = {"url": f"http://8.8.8.8/hooks/{secret}", "events": list(EVENT_TYPES)}
+    webhook_id = ok(client.post("/agents-api/webhooks", json=webhook, headers=auth))["id"]
     session = new_session(client, auth, agent=agent, user=user)
     sid, closed = session["id"], session["activeTopicId"]
     for n in range(6):
@@ -130,6 +141,7 @@ def _make_world(client: FlaskClient, factory: sessionmaker[Session]) -> World:
     )
     ok(client.post(tools, json=notes, headers=auth))
     ok(client.get(f"/agents-api/memory?{scope}", headers=auth))  # fills the Redis cache
+    reevaluation = ok(client.post("/agents-api/reevaluations", json={}, headers=auth))
     org_id = _org_of(factory, key)
     _charge_a_call(factory, uuid.UUID(org_id), model=f"model-{secret}")
     return World(
@@ -140,6 +152,8 @@ def _make_world(client: FlaskClient, factory: sessionmaker[Session]) -> World:
         fact_key=fact_key,
         sid=sid,
         topics=(closed, opened["id"]),
+        webhook_id=webhook_id,
+        reevaluation_id=reevaluation["id"],
         secret=secret,
     )
 
@@ -395,8 +409,11 @@ def test_every_api_route_with_a_path_parameter_is_probed(app: Any) -> None:
     assert expected and expected <= probed
     dummy = {
         name: ["x"]
-        for name in ("sid", "tid", "agent_id", "agentId", "user_id", "userId", "key", "topicId")
-    } | {"name": list(TOOLS)}
+        for name in (
+            "sid", "tid", "agent_id", "agentId", "user_id", "userId", "key", "topicId",
+            "webhook_id", "reevaluation_id",
+        )
+    } | {"name": list(TOOLS)}  # fmt: skip
     for route in routes:
         assert calls(route, dummy, dummy, "A's ids"), route.label  # raises on an unknown one
     assert len([r for r in routes if r.path_params]) >= 19  # today's 19, never fewer
@@ -498,6 +515,8 @@ def test_list_endpoints_show_another_org_nothing(
     assert memory["entries"] == [] and memory["tokens"] == 0
     usage: Any = client.get("/agents-api/usage", headers=b_auth).json
     assert (usage["llmCalls"], usage["promptTokens"], usage["byModel"]) == (0, 0, {})
+    assert client.get("/agents-api/webhooks", headers=b_auth).json == {"webhooks": []}
+    assert client.get("/agents-api/reevaluations", headers=b_auth).json == {"reevaluations": []}
     # ...while A, asking the same, sees its own.
     mine: Any = client.get(f"/agents-api/sessions?{scope}", headers=a.auth).json
     assert [s["id"] for s in mine["sessions"]] == [a.sid]
@@ -506,3 +525,7 @@ def test_list_endpoints_show_another_org_nothing(
     }
     own_usage: Any = client.get("/agents-api/usage", headers=a.auth).json
     assert list(own_usage["byModel"]) == [f"model-{a.secret}"]
+    own_webhooks: Any = client.get("/agents-api/webhooks", headers=a.auth).json
+    assert [w["id"] for w in own_webhooks["webhooks"]] == [a.webhook_id]
+    own_campaigns: Any = client.get("/agents-api/reevaluations", headers=a.auth).json
+    assert [c["id"] for c in own_campaigns["reevaluations"]] == [a.reevaluation_id]

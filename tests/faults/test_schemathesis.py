@@ -46,6 +46,7 @@ from shared.db.uow import UnitOfWork
 from shared.llm.base import LLMCall, Usage
 from shared.queue import RecordingQueue
 from shared.usage.service import record_llm_usage
+from shared.webhooks.events import EVENT_TYPES
 from tests.conftest import new_key
 from tests.faults.conftest import report
 from tests.helpers import new_session, post_message
@@ -101,7 +102,8 @@ class World:
 
 
 def _seed(client: FlaskClient, auth: dict[str, str]) -> dict[str, list[str]]:
-    """A session with messages, notes, facts, a promoted closed topic and an active one."""
+    """A session with messages, notes, facts, a promoted closed topic and an active one,
+    a re-evaluation of them, and a webhook subscription with a delivery."""
     client.put("/agents-api/agents/planner", json={"soul": "plans things"}, headers=auth)
     session = new_session(client, auth, agent="planner", user="ada")
     sid, first = session["id"], session["activeTopicId"]
@@ -117,6 +119,15 @@ def _seed(client: FlaskClient, auth: dict[str, str]) -> dict[str, list[str]]:
     client.put(f"/agents-api/topics/{first}/memory", json={"state": "promoted"}, headers=auth)
     second: Any = client.post(f"/agents-api/sessions/{sid}/topics", json={}, headers=auth).json
     topics = [first, second["id"]]
+    reevaluation: Any = client.post("/agents-api/reevaluations", json={}, headers=auth).json
+    # Subscriptions (on a public address: private ones are refused), one with a delivery;
+    # the spare ones are there for DELETE to remove.
+    webhook = {"url": "http://8.8.8.8/hooks", "events": ["facts.changed"]}
+    webhook_ids = [
+        client.post("/agents-api/webhooks", json=webhook, headers=auth).json["id"]  # type: ignore[index]
+        for _ in range(4)
+    ]
+    client.put("/agents-api/facts?agentId=planner&userId=ada", json={"day": "Sat"}, headers=auth)
     return {
         # path parameters
         "sid": [sid],
@@ -125,6 +136,9 @@ def _seed(client: FlaskClient, auth: dict[str, str]) -> dict[str, list[str]]:
         "user_id": ["ada"],
         "key": ["day"],
         "name": ["notes", "important_info", "manage_topic_memory"],
+        "reevaluation_id": [reevaluation["id"]],
+        "webhook_id": webhook_ids[:1],
+        "spare_webhook_id": webhook_ids[1:],
         # query parameters
         "agentId": ["planner"],
         "userId": ["ada"],
@@ -182,6 +196,10 @@ def before_generate_path_parameters(context: Any, strategy: Any) -> Any:
     # Erasing the seeded user would leave every later operation with nothing to find.
     if context.operation.path.endswith("/users/{user_id}"):
         return _half_seeded(strategy, skip=frozenset({"user_id"}))
+    if context.operation.path.endswith("/webhooks/{webhook_id}"):  # DELETE
+        # The seeded subscription stays, for its deliveries list: DELETE gets spare ones.
+        spare = st.fixed_dictionaries({"webhook_id": _seeded("spare_webhook_id")})
+        return st.one_of(strategy, spare)
     return _half_seeded(strategy)
 
 
@@ -223,6 +241,8 @@ def flatmap_case(context: Any, case: Any) -> Any:
         return st.one_of(st.just(case), _coherent_tool_call(case), _coherent_tool_call(case))
     if path.endswith("/messages") and context.operation.method.upper() == "POST":
         return st.one_of(st.just(case), _coherent_message(case))
+    if path.endswith("/webhooks") and context.operation.method.upper() == "POST":
+        return st.one_of(st.just(case), _coherent_subscription(case))
     return st.just(case)
 
 
@@ -243,6 +263,17 @@ def _coherent_message(draw: st.DrawFn, case: Any) -> Any:
     case.path_parameters = {"sid": draw(_seeded("sid"))}
     if isinstance(case.body, dict) and case.body.get("role") != "tool":
         case.body = {k: v for k, v in case.body.items() if k not in ("toolName", "toolCallId")}
+    return case
+
+
+@st.composite
+def _coherent_subscription(draw: st.DrawFn, case: Any) -> Any:
+    """A URL on a public address with a fuzzed path, and known event types: a generated
+    string is almost never a URL the service may deliver to."""
+    path = draw(st.text(alphabet=st.characters(codec="ascii", categories=["L", "N"]), max_size=30))
+    types = st.sampled_from(list(EVENT_TYPES))
+    events = draw(st.lists(types, min_size=1, max_size=len(EVENT_TYPES)))
+    case.body = {"url": f"https://8.8.8.8/{path}", "events": events}
     return case
 
 

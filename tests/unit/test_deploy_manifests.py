@@ -36,7 +36,15 @@ OTHER_VARIABLES = {"PROMETHEUS_MULTIPROC_DIR", "LOG_LEVEL", "REDIS_PASSWORD"}
 # The Procfile's name of each process, from the workload's component label. The
 # Procfile's one `worker` (CONTRACT.md: all queues) runs as one Deployment per queue, so
 # each queue scales on its own length.
-PROCESS_OF_COMPONENT = {"migrate": "release", "worker-llm": "worker", "worker-fast": "worker"}
+PROCESS_OF_COMPONENT = {
+    "migrate": "release", "worker-llm": "worker", "worker-fast": "worker",
+    "worker-webhooks": "worker",
+}  # fmt: skip
+# Every queue a task is routed to.
+QUEUES = {route["queue"] for route in TASK_ROUTES.values()}
+# Queues whose jobs wait on the network (an LLM provider, customers' webhook receivers):
+# a gevent pool, many tasks per process. The others run prefork.
+GREEN_QUEUES = {"llm", "webhooks"}
 # What a per-queue worker may set differently from the Procfile's worker.
 PER_QUEUE_OPTIONS = ("--hostname", "--queues", "--pool", "--concurrency")
 # The redis (lists) scaler's metadata, https://keda.sh/docs/latest/scalers/redis-lists/
@@ -254,7 +262,14 @@ def test_every_procfile_process_runs_in_kubernetes_with_the_same_command() -> No
         in_kubernetes = [_expand(word, env) for word in container["command"]]
         assert _runs_as(in_kubernetes, process, env), process
     assert set(processes) == set(PROCFILE)
-    assert sorted(processes) == sorted([*PROCFILE, "worker"])  # one worker per queue
+    # One worker Deployment per queue.
+    assert sorted(processes) == sorted([*PROCFILE, *["worker"] * (len(QUEUES) - 1)])
+
+
+def test_the_procfile_worker_consumes_every_queue() -> None:
+    # CONTRACT.md: the one `worker` process runs every job; a queue it does not name
+    # would fill up with nobody to take it (driftless up and the fault suite run it too).
+    assert _queues(PROCFILE["worker"]) == QUEUES
 
 
 def test_the_migration_job_runs_db_upgrade() -> None:
@@ -290,8 +305,12 @@ def test_each_queue_has_exactly_one_worker_deployment_and_every_route_a_consumer
         if _is_worker(command):
             (queue,) = _queues(command)  # one queue per Deployment, so each scales alone
             consumers.setdefault(queue, []).append(deployment["metadata"]["name"])
-    assert consumers == {"llm": ["driftless-worker-llm"], "fast": ["driftless-worker-fast"]}
-    assert {route["queue"] for route in TASK_ROUTES.values()} == set(consumers)
+    assert consumers == {
+        "llm": ["driftless-worker-llm"],
+        "fast": ["driftless-worker-fast"],
+        "webhooks": ["driftless-worker-webhooks"],
+    }
+    assert set(consumers) == QUEUES
 
 
 def test_pools_fit_the_work_and_the_connection_pool_fits_the_pool() -> None:
@@ -302,7 +321,7 @@ def test_pools_fit_the_work_and_the_connection_pool_fits_the_pool() -> None:
             continue
         pool, concurrency = _option(command, "--pool"), int(_option(command, "--concurrency"))
         pool_size = int(_env(container)["DRIFTLESS_DB_POOL_SIZE"])
-        if _queues(command) == {"llm"}:
+        if _queues(command) <= GREEN_QUEUES:
             # I/O-bound: many greenlets in one process, sharing a few connections.
             assert pool == "gevent" and concurrency >= 64
             assert pool_size * GREENLETS_PER_CONNECTION >= concurrency
@@ -439,7 +458,7 @@ def test_compose_environment_is_valid_for_every_process() -> None:
         environment = {k: _compose_value(str(v)) for k, v in service["environment"].items()}
         assert set(environment) - set(ENVIRONMENT) <= OTHER_VARIABLES, name
         load_settings(environment)
-        if _is_worker(service["command"]) and _queues(service["command"]) == {"llm"}:
+        if _is_worker(service["command"]) and _queues(service["command"]) <= GREEN_QUEUES:
             concurrency = int(_option(service["command"], "--concurrency"))
             pool_size = int(environment["DRIFTLESS_DB_POOL_SIZE"])
             assert pool_size * GREENLETS_PER_CONNECTION >= concurrency

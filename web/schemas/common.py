@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import uuid
 from typing import Annotated, Any
 
 from pydantic import (
+    AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     StringConstraints,
     Tag,
@@ -22,6 +25,26 @@ from shared.storable import storable
 # sent, whatever they hold (`:`, braces, spaces, any Unicode), bounded and not blank.
 # Stripping them would make " ada" and "ada" one scope.
 ScopeId = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"\S")]
+
+MOMENT_FORMAT = "an ISO-8601 timestamp with a timezone, such as 2026-01-01T00:00:00Z"
+
+
+def _iso_8601(value: Any) -> Any:
+    """ISO-8601 only (pydantic alone also reads `1700000000` as Unix time), and never a
+    local time: without its offset the moment is unknown."""
+    if not isinstance(value, str):
+        return value
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"must be {MOMENT_FORMAT}") from None
+    if parsed.tzinfo is None:
+        raise ValueError(f"has no timezone: it must be {MOMENT_FORMAT}")
+    return parsed
+
+
+# A moment a client names (`since`), in a query or a body.
+Moment = Annotated[AwareDatetime, BeforeValidator(_iso_8601)]
 
 
 class Input(BaseModel):

@@ -70,16 +70,30 @@ ROUTES = [
     Route("GET", "/agents-api/topics/{tid}/notes"),
     # the org's own accounting
     Route("GET", "/agents-api/usage"),
+    # re-evaluation campaigns
+    Route("POST", "/agents-api/reevaluations", {}),
+    Route("GET", "/agents-api/reevaluations"),
+    Route("GET", "/agents-api/reevaluations/{reevaluation_id}"),
+    Route("DELETE", "/agents-api/reevaluations/{reevaluation_id}"),
+    # the org's webhook subscriptions
+    Route("POST", "/agents-api/webhooks", {"url": "http://8.8.8.8/", "events": ["facts.changed"]}),
+    Route("GET", "/agents-api/webhooks"),
+    Route("DELETE", "/agents-api/webhooks/{webhook_id}"),
+    Route("GET", "/agents-api/webhooks/{webhook_id}/deliveries"),
 ]
 
 # Routes that name a resource of an org: another org's key must see 404 there. Those are
-# the routes of a session or a topic, and reading an agent (it is not in the other org's
-# namespace). The other routes name things in the caller's own namespace (PUT an agent,
-# erase a user, a fact key, a scope), where another org's call acts on its own data.
+# the routes of a session, a topic or a re-evaluation, and reading an agent (it is not in
+# the other org's namespace). The other routes name things in the caller's own namespace
+# (PUT an agent, erase a user, a fact key, a scope), where another org's call acts on its
+# own data.
 SCOPED = [
     r
     for r in ROUTES
-    if "{sid}" in r.path or "{tid}" in r.path or r == Route("GET", "/agents-api/agents/{agent_id}")
+    if "{sid}" in r.path
+    or "{tid}" in r.path
+    or "{reevaluation_id}" in r.path
+    or r == Route("GET", "/agents-api/agents/{agent_id}")
 ]
 
 _ARGUMENT = re.compile(r"<(?:[^<>:]+:)?([^<>]+)>")  # <sid>, <path:filename>

@@ -70,13 +70,20 @@ def test_a_listed_route_the_app_no_longer_serves_is_found(app: Any) -> None:
     assert unlisted_routes(without) == (set(), {("GET", "/agents-api/topics/{tid}/notes")})
 
 
-def _ids(session: dict[str, Any], agent: str) -> dict[str, str]:
+def _ids(
+    client: FlaskClient, auth: dict[str, str], session: dict[str, Any], agent: str
+) -> dict[str, str]:
+    """Ids of the org of `auth`: its session's, and a re-evaluation it started."""
+    reevaluation: Any = client.post("/agents-api/reevaluations", json={}, headers=auth).json
     return {
         "sid": session["id"],
         "tid": session["activeTopicId"],
         "agent_id": agent,
         "user_id": "user-1",
         "key": "k",
+        # The org's own webhooks: isolation is the cross-tenant probe's (tests/faults).
+        "webhook_id": "00000000-0000-4000-8000-000000000000",
+        "reevaluation_id": reevaluation["id"],
     }
 
 
@@ -90,7 +97,7 @@ def test_requests_without_a_valid_key_are_401(
     client: FlaskClient, auth: dict[str, str], route: Route, headers: dict[str, str]
 ) -> None:
     session = new_session(client, auth)
-    status, answer = _call(client, route, headers, **_ids(session, "a"))
+    status, answer = _call(client, route, headers, **_ids(client, auth, session, "a"))
     assert status == 401
     assert answer["error"]["code"] == "unauthorized"
 
@@ -102,7 +109,7 @@ def test_another_orgs_resources_are_404(
     session = new_session(client, auth)
     post_message(client, auth, session["id"], "private")
     client.put("/agents-api/agents/mine", json={"soul": "secret"}, headers=auth)
-    ids = _ids(session, "mine")
+    ids = _ids(client, auth, session, "mine")
     status, answer = _call(client, route, other_auth, **ids)
     assert status == 404
     assert answer["error"]["code"] == "not_found"

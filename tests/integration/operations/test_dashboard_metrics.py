@@ -23,7 +23,15 @@ from celery import Celery
 
 from shared.broker import sender_settings
 from shared.db.migrate import upgrade
-from shared.queue import LLM_QUEUE, RECONCILE, SUMMARIZE_TOPIC, CeleryJobQueue, Job
+from shared.queue import (
+    FAST_QUEUE,
+    LLM_QUEUE,
+    RECONCILE,
+    SUMMARIZE_TOPIC,
+    WEBHOOK_QUEUE,
+    CeleryJobQueue,
+    Job,
+)
 from shared.runtime import Endpoints
 from tests import services
 from tests.dashboards import STANDARD_SERIES, dashboard_expressions, metric_names, rule_expressions
@@ -136,7 +144,7 @@ def test_every_metric_the_dashboard_and_the_alerts_name_is_exported(system: Syst
     worker = wait_for(fired, timeout=30, what="the debounce fire job")
     web = scrape(system.web_port)
     assert value(web, "driftless_memory_changes_total", change="promoted", actor="user") == 1
-    for queue in ("llm", "fast"):
+    for queue in (LLM_QUEUE, FAST_QUEUE, WEBHOOK_QUEUE):  # every queue the worker consumes
         assert value(worker, "driftless_queue_depth", queue=queue) is not None
 
     exported = {name for name, _ in web} | {name for name, _ in worker}

@@ -1,0 +1,1 @@
+"""Webhooks: an outbox of events, subscriptions per org, signed deliveries with retries."""

@@ -1,0 +1,24 @@
+"""The app of the webhook tests: private targets allowed (their receivers, and the URLs
+they subscribe, are on 127.0.0.1) and secrets sealed under a key."""
+
+from __future__ import annotations
+
+import pytest
+from cryptography.fernet import Fernet
+from flask.testing import FlaskClient
+from sqlalchemy.orm import Session, sessionmaker
+
+from shared.config import Settings
+from shared.queue import RecordingQueue
+
+SEALING_KEY = Fernet.generate_key().decode()
+
+
+@pytest.fixture
+def client(
+    settings: Settings, session_factory: sessionmaker[Session], queue: RecordingQueue
+) -> FlaskClient:
+    from web.app import create_app
+
+    local = settings.model_copy(update={"webhook_allow_private": True, "webhook_keys": SEALING_KEY})
+    return create_app(local, queue=queue, session_factory=session_factory).test_client()

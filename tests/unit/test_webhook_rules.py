@@ -1,0 +1,95 @@
+"""The pure parts of webhooks: the backoff schedule, which targets are refused, how
+secrets are checked and sealed, and the event types the API accepts."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+import pytest
+from cryptography.fernet import Fernet
+
+from shared.config import ConfigError, load_settings
+from shared.errors import Invalid
+from shared.webhooks.delivery import MAX_BACKOFF_S, backoff_s
+from shared.webhooks.events import EVENT_TYPES
+from shared.webhooks.secrets import SecretBox, SecretUnavailable, checked_secret, new_secret
+from shared.webhooks.targets import UnsafeTarget, check_target
+from web.schemas.webhooks import EventType
+
+
+def test_the_backoff_doubles_from_the_base_jittered_in_its_upper_half_capped_at_6_hours() -> None:
+    lowest = [backoff_s(n, base_s=5, rng=lambda: 0.0) for n in range(1, 6)]
+    highest = [backoff_s(n, base_s=5, rng=lambda: 1.0) for n in range(1, 6)]
+
+    assert highest == [5, 10, 20, 40, 80]
+    assert lowest == [2.5, 5, 10, 20, 40]
+    assert backoff_s(40, base_s=5, rng=lambda: 1.0) == MAX_BACKOFF_S == 6 * 3600
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1/", "http://localhost:8000/", "http://169.254.169.254/latest",
+        "http://10.1.2.3/", "http://172.16.0.1/", "http://192.168.1.1/", "http://[::1]/",
+        "http://[fe80::1]/", "http://[::ffff:127.0.0.1]/", "http://0.0.0.0/",
+        "http://100.64.0.1/",  # carrier-grade NAT: not public either
+    ],
+)  # fmt: skip
+def test_loopback_private_link_local_and_reserved_addresses_are_refused(url: str) -> None:
+    with pytest.raises(UnsafeTarget, match="DRIFTLESS_WEBHOOK_ALLOW_PRIVATE"):
+        check_target(url, allow_private=False)
+    check_target(url, allow_private=True)  # a dev box may
+
+
+def test_a_public_address_is_a_target() -> None:
+    check_target("https://8.8.8.8/hooks", allow_private=False)
+    check_target("http://[2001:4860:4860::8888]:8080/x", allow_private=False)
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("ftp://8.8.8.8/", "http:// or https://"),
+        ("file:///etc/passwd", "http:// or https://"),
+        ("http:///path", "no host"),
+        ("https://user:pw@8.8.8.8/", "credentials"),
+        ("http://8.8.8.8:70000/", "not a valid URL"),
+        ("http://no-such-host.invalid/", "does not resolve"),
+    ],
+)
+def test_urls_that_are_not_http_targets_are_refused_whatever_is_allowed(url: str, why: str) -> None:
+    with pytest.raises(UnsafeTarget, match=why):
+        # Private targets allowed or not: only a name is resolved, and only when it counts.
+        check_target(url, allow_private=not url.endswith(".invalid/"))
+
+
+def test_secrets_are_the_standard_webhooks_form() -> None:
+    made = new_secret()
+    assert made.startswith("whsec_") and checked_secret(made) == made
+    for bad in ["hunter2", "whsec_", "whsec_AAAA", "whsec_!!!!", "whsec_" + "A" * 200]:
+        with pytest.raises(Invalid, match="secret"):
+            checked_secret(bad)
+
+
+def test_a_sealed_secret_opens_only_with_a_listed_key() -> None:
+    key, other = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    sealed = SecretBox(key).seal("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+
+    assert "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" not in sealed
+    assert SecretBox(f"{other},{key}").open(sealed).endswith("LaLaSw")  # after a rotation
+    with pytest.raises(SecretUnavailable):
+        SecretBox(other).open(sealed)
+    with pytest.raises(SecretUnavailable):
+        SecretBox(None).open(sealed)
+    assert SecretBox(None).open(SecretBox(None).seal("whsec_x")) == "whsec_x"  # no keys: as given
+
+
+def test_a_bad_key_stops_the_process_at_start_naming_the_variable() -> None:
+    with pytest.raises(ConfigError, match="DRIFTLESS_WEBHOOK_KEYS"):
+        load_settings({"DRIFTLESS_WEBHOOK_KEYS": "not-a-fernet-key"})
+    with pytest.raises(ConfigError, match="DRIFTLESS_WEBHOOK_MAX_ATTEMPTS"):
+        load_settings({"DRIFTLESS_WEBHOOK_MAX_ATTEMPTS": "0"})
+
+
+def test_the_api_accepts_exactly_the_event_types_the_outbox_records() -> None:
+    assert get_args(EventType) == EVENT_TYPES
