@@ -32,6 +32,7 @@ from web.views import (
     live,
     memory,
     reevaluations,
+    search,
     sessions,
     tools,
     topics,
@@ -121,6 +122,7 @@ def create_app(
         usage.bp,
         reevaluations.bp,
         webhooks.bp,
+        search.bp,
     )
     for blueprint in blueprints:
         app.register_api(blueprint)

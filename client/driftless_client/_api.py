@@ -226,6 +226,24 @@ class Operations(Generic[_Answer, _Nothing]):
         tokens, truncated, dropped}`."""
         return self._call(Call("GET", "/memory", params=_scope(agent_id, user_id)))
 
+    def search(
+        self,
+        agent_id: str,
+        user_id: str,
+        q: str,
+        limit: int = 10,
+        kind: Literal["topic", "message"] | None = None,
+        include_deprecated: bool = False,
+    ) -> _Answer:
+        """`GET /search`: the scope's topics and messages matching `q`, best first,
+        `{results: [{kind, topicId, sessionId, messageId, title, snippet, ...}]}`."""
+        params: dict[str, str] = {**_scope(agent_id, user_id), "q": q, "limit": str(limit)}
+        if kind is not None:
+            params["kind"] = kind
+        if include_deprecated:
+            params["includeDeprecated"] = "true"
+        return self._call(Call("GET", "/search", params=params))
+
     def facts(self, agent_id: str, user_id: str) -> _Answer:
         """`GET /facts?agentId=&userId=`: the scope's durable facts, `{facts: {key:
         value}}`."""

@@ -23,3 +23,8 @@ class Base(DeclarativeBase):
 
 def created_at_column() -> Mapped[datetime]:
     return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
+
+
+# The text search configuration of every search vector (shared/search/): English
+# stemming and stop-words. A literal regconfig, so the generated columns stay immutable.
+SEARCH_CONFIG = "'english'::regconfig"

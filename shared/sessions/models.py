@@ -6,6 +6,7 @@ from datetime import datetime
 from sqlalchemy import (
     BigInteger,
     CheckConstraint,
+    Computed,
     DateTime,
     ForeignKey,
     Identity,
@@ -15,9 +16,10 @@ from sqlalchemy import (
     func,
     text,
 )
+from sqlalchemy.dialects.postgresql import TSVECTOR
 from sqlalchemy.orm import Mapped, mapped_column
 
-from shared.db.base import Base, created_at_column
+from shared.db.base import SEARCH_CONFIG, Base, created_at_column
 
 ROLES = ("user", "assistant", "tool")
 
@@ -62,6 +64,8 @@ class Message(Base):
         # The thread of a topic, newest first, is the hot read (context window, drift scan).
         Index("ix_messages_topic_id_id", "topic_id", "id"),
         Index("ix_messages_session_id_id", "session_id", "id"),
+        # Recall (shared/search/): full-text search of a scope's messages.
+        Index("ix_messages_search_vector", "search_vector", postgresql_using="gin"),
     )
 
     # One sequence for the whole service: ids increase in posting order, which drift
@@ -75,3 +79,8 @@ class Message(Base):
     tool_name: Mapped[str | None] = mapped_column(String(200))
     tool_call_id: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = created_at_column()
+    # What search matches (shared/search/): computed by PostgreSQL on insert, so no
+    # writer can forget it; deferred, so reading a thread never loads it.
+    search_vector: Mapped[str] = mapped_column(
+        TSVECTOR, Computed(f"to_tsvector({SEARCH_CONFIG}, content)", persisted=True), deferred=True
+    )

@@ -11,9 +11,12 @@ from pydantic_core import ErrorDetails
 
 from shared.errors import Invalid
 from shared.limits import MAX_TOOL_ARGUMENTS_CHARS, Limits, check_json
+from shared.search.service import MAX_LIMIT, MAX_QUERY_CHARS
 from shared.storable import unstorable_at
 
 MAX_NOTE_CHARS = 20_000
+# A recall answers fewer results than the API's default: they enter the model's context.
+RECALL_LIMIT = 5
 MAX_FACT_KEY_CHARS = 200
 
 
@@ -57,6 +60,11 @@ class CurateTopic(_Arguments):
     topic_id: Annotated[uuid.UUID, Field(alias="topicId", strict=False)]
 
 
+class Recall(_Arguments):
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    limit: int = Field(default=RECALL_LIMIT, ge=1, le=MAX_LIMIT)
+
+
 NotesArguments = Annotated[NotesSet | NotesRead | NotesUpdate, Field(discriminator="op")]
 FactArguments = Annotated[FactSet | FactRead | FactUnset, Field(discriminator="op")]
 
@@ -64,6 +72,7 @@ ADAPTERS: dict[str, TypeAdapter[Any]] = {
     "notes": TypeAdapter(NotesArguments),
     "important_info": TypeAdapter(FactArguments),
     "manage_topic_memory": TypeAdapter(CurateTopic),
+    "recall": TypeAdapter(Recall),
 }
 
 

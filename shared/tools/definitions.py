@@ -71,6 +71,35 @@ MANAGE_TOPIC_MEMORY = {
     },
 }
 
+RECALL = {
+    "type": "function",
+    "function": {
+        "name": "recall",
+        "description": (
+            "Look up what this user said or decided earlier, in any past session, when it is "
+            "not in your context: older topics fade from it, only promoted ones stay. Use it "
+            "when the user refers to something you do not see ('what did I tell you about "
+            "X', 'like last time'), before asking them to repeat themselves. Returns the "
+            "best-matching past topics and messages (title, snippet, topicId, date); topics "
+            "the user marked wrong are left out."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "Words to look for."},
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 50,
+                    "description": "Default 5.",
+                },
+            },
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+    },
+}
+
 # Built-in tools come first in every tools list: the runtime dispatches them before MCP tools.
-BUILT_IN_TOOLS: tuple[dict[str, Any], ...] = (NOTES, IMPORTANT_INFO, MANAGE_TOPIC_MEMORY)
+BUILT_IN_TOOLS: tuple[dict[str, Any], ...] = (NOTES, IMPORTANT_INFO, MANAGE_TOPIC_MEMORY, RECALL)
 BUILT_IN_TOOL_NAMES = tuple(tool["function"]["name"] for tool in BUILT_IN_TOOLS)

@@ -14,10 +14,11 @@ from typing import Any
 from shared.curation.rules import Refused
 from shared.curation.service import agent_curate_memory
 from shared.db.uow import UnitOfWork
-from shared.errors import NotFound, TooLarge
+from shared.errors import Invalid, NotFound, TooLarge
 from shared.facts.service import merge_facts, read_facts, unset_fact
 from shared.memory.scope import Scope
 from shared.notes.service import NotesView, append_notes, read_notes, replace_notes
+from shared.search.service import SearchQuery, hit_json, search
 from shared.sessions.models import ChatSession
 from shared.sessions.service import active_topic, append_message, load_session
 from shared.tools import arguments as args
@@ -82,6 +83,14 @@ def _run_manage_topic_memory(uow: UnitOfWork, scope: Scope, call: args.CurateTop
     )
 
 
+def _run_recall(uow: UnitOfWork, scope: Scope, call: args.Recall) -> ToolResult:
+    try:
+        hits = search(uow=uow, query=SearchQuery(scope=scope, q=call.query, limit=call.limit))
+    except Invalid as exc:  # a query the search refuses (NUL, blank): the agent can rephrase
+        return ToolResult(ok=False, error=exc.message)
+    return ToolResult(ok=True, result={"results": [hit_json(hit) for hit in hits]})
+
+
 def execute_tool(
     *,
     uow: UnitOfWork,
@@ -103,6 +112,8 @@ def execute_tool(
             result = _run_notes(uow, session, topic, call)
         elif name == "important_info":
             result = _run_important_info(uow, scope, call)
+        elif name == "recall":
+            result = _run_recall(uow, scope, call)
         else:
             result = _run_manage_topic_memory(uow, scope, call)
     except TooLarge as exc:  # the services wrote nothing; the agent can shorten and retry

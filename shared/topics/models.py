@@ -9,6 +9,7 @@ from typing import Literal
 from sqlalchemy import (
     BigInteger,
     CheckConstraint,
+    Computed,
     DateTime,
     ForeignKey,
     Identity,
@@ -18,9 +19,10 @@ from sqlalchemy import (
     func,
     text,
 )
+from sqlalchemy.dialects.postgresql import TSVECTOR
 from sqlalchemy.orm import Mapped, mapped_column
 
-from shared.db.base import Base, created_at_column
+from shared.db.base import SEARCH_CONFIG, Base, created_at_column
 
 STATUSES = ("active", "closed")
 SUMMARY_SOURCES = ("llm", "fallback")
@@ -66,6 +68,8 @@ class Topic(Base):
             "session_id",
             postgresql_where=text("keep_in_memory OR deprecated"),
         ),
+        # Recall (shared/search/): full-text search of a scope's topics.
+        Index("ix_topics_search_vector", "search_vector", postgresql_using="gin"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
@@ -97,6 +101,17 @@ class Topic(Base):
     )
     closed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     summarized_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # What search matches: the title above the summary (shared/search/); deferred, so
+    # reading a topic never loads it.
+    search_vector: Mapped[str] = mapped_column(
+        TSVECTOR,
+        Computed(
+            f"setweight(to_tsvector({SEARCH_CONFIG}, coalesce(title, '')), 'A')"
+            f" || setweight(to_tsvector({SEARCH_CONFIG}, coalesce(summary, '')), 'B')",
+            persisted=True,
+        ),
+        deferred=True,
+    )
 
     @property
     def memory_state(self) -> MemoryState:

@@ -194,6 +194,17 @@ def test_a_reevaluation_is_started_read_listed_and_cancelled(client: Client) -> 
     assert (raised.value.status, raised.value.message[:5]) == (422, "rate:")
 
 
+def test_search_finds_an_earlier_sessions_words_in_the_scope(client: Client) -> None:
+    earlier = client.create_session("agent-1", "ada")
+    client.post_messages(earlier["id"], [{"role": "user", "content": "Flights land at 9pm."}])
+    client.create_session("agent-1", "ada")
+
+    found = client.search("agent-1", "ada", "when do flights land", limit=3, kind="message")
+
+    assert [hit["sessionId"] for hit in found["results"]] == [earlier["id"]]
+    assert client.search("agent-1", "bob", "flights")["results"] == []
+
+
 def test_a_webhook_receives_a_facts_change_signed_and_is_deleted(client: Client) -> None:
     with Receiver() as receiver:
         webhook = client.create_webhook(receiver.url + "/hook", ["facts.changed"])
@@ -358,6 +369,7 @@ def test_the_client_has_one_method_for_every_operation_of_the_openapi_document(
         "merge_facts": r.merge_facts("a", "u", {}),
         "delete_fact": r.delete_fact("a", "u", "{key}"),
         "usage": r.usage(),
+        "search": r.search("a", "u", "q"),
         "start_reevaluation": r.start_reevaluation(),
         "reevaluations": r.reevaluations(),
         "reevaluation": r.reevaluation("{reevaluation_id}"),

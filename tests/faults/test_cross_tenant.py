@@ -89,6 +89,8 @@ class World:
             "topicId": [self.topics[0]],
             "name": list(TOOLS),  # the tools are built-in, not org data
             "webhook_id": [self.webhook_id],
+            # A search for A's secret: B must find none of it, A all of it.
+            "q": [self.secret],
             "reevaluation_id": [self.reevaluation_id],
             # A subscription's fields (public addresses: private ones are refused).
             "url": ["http://8.8.8.8/probe"],
@@ -411,7 +413,7 @@ def test_every_api_route_with_a_path_parameter_is_probed(app: Any) -> None:
         name: ["x"]
         for name in (
             "sid", "tid", "agent_id", "agentId", "user_id", "userId", "key", "topicId",
-            "webhook_id", "reevaluation_id",
+            "webhook_id", "q", "reevaluation_id",
         )
     } | {"name": list(TOOLS)}  # fmt: skip
     for route in routes:

@@ -42,6 +42,7 @@ ROUTES = [
     Route("PUT", "/agents-api/facts", {"k": "v"}, query=SCOPE),
     Route("DELETE", "/agents-api/facts/{key}", query=SCOPE),
     Route("GET", "/agents-api/memory", query=SCOPE),
+    Route("GET", "/agents-api/search", query=SCOPE + "&q=anything"),
     Route("GET", "/agents-api/scopes"),
     # sessions
     Route("POST", "/agents-api/sessions", {"agentId": "a", "userId": "u"}),

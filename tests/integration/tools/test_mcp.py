@@ -105,7 +105,7 @@ def tool_messages(connection: Connection, session_id: str) -> list[Any]:
 # --- the tool list ---------------------------------------------------------------------
 
 
-def test_r8_lists_the_three_built_in_tools_and_get_context_with_the_contract_schemas(
+def test_r8_lists_the_four_built_in_tools_and_get_context_with_the_contract_schemas(
     server: Server[Any], client: FlaskClient, auth: dict[str, str]
 ) -> None:
     tools = run(lambda c: c.list_tools(), server).tools
@@ -113,6 +113,7 @@ def test_r8_lists_the_three_built_in_tools_and_get_context_with_the_contract_sch
         "notes",
         "important_info",
         "manage_topic_memory",
+        "recall",
         "get_context",
     ]
     # What the model is told over HTTP (GET /tools) is what MCP advertises, plus sessionId.
@@ -126,7 +127,7 @@ def test_r8_lists_the_three_built_in_tools_and_get_context_with_the_contract_sch
         assert schema["required"] == ["sessionId", *function["parameters"]["required"]]
         assert schema["properties"] == function["parameters"]["properties"]
         assert schema["additionalProperties"] is False
-    context_tool = tools[3]
+    context_tool = tools[4]
     assert context_tool.input_schema["required"] == ["sessionId"]
     assert context_tool.annotations is not None and context_tool.annotations.read_only_hint
 
@@ -366,7 +367,7 @@ def test_r7_driftless_mcp_over_real_stdio(
         return names, written
 
     names, written = run(session_over_stdio, parameters)
-    assert names == ["notes", "important_info", "manage_topic_memory", "get_context"]
+    assert names == ["notes", "important_info", "manage_topic_memory", "recall", "get_context"]
     assert payload(written)["result"]["content"] == "over stdio"
     rows = committed_tool_messages(committed_factory, sid)
     assert [r.tool_name for r in rows] == ["notes", "notes"]
@@ -494,3 +495,22 @@ def test_the_depth_and_size_limits_hold_over_mcp_as_over_http(
     ]  # fmt: skip
     assert full == [True, True, True, True, False]
     assert connection.execute(text("SELECT count(*) FROM facts")).scalar_one() == facts + 1
+
+
+def test_r7_recall_over_mcp_finds_the_scopes_words_and_joins_the_thread(
+    server: Server[Any],
+    client: FlaskClient,
+    auth: dict[str, str],
+    session: dict[str, Any],
+    connection: Connection,
+) -> None:
+    sid = session["id"]
+    post_message(client, auth, sid, "The staging database is called ferret.")
+
+    found = payload(call(server, "recall", {"sessionId": sid, "query": "staging database"}))
+
+    assert found["ok"] is True
+    assert [hit["snippet"] for hit in found["result"]["results"]] == [
+        "The staging database is called ferret."
+    ]
+    assert [r.tool_name for r in tool_messages(connection, sid)] == ["recall", "recall"]

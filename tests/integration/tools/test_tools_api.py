@@ -30,12 +30,12 @@ def session(client: FlaskClient, auth: dict[str, str]) -> dict[str, Any]:
     return new_session(client, auth)
 
 
-def test_r8_the_three_built_in_tools_are_openai_functions(
+def test_r8_the_four_built_in_tools_are_openai_functions(
     client: FlaskClient, auth: dict[str, str]
 ) -> None:
     tools: Any = client.get("/agents-api/tools", headers=auth).json
     names = [t["function"]["name"] for t in tools["tools"]]
-    assert names == ["notes", "important_info", "manage_topic_memory"]
+    assert names == ["notes", "important_info", "manage_topic_memory", "recall"]
     for tool in tools["tools"]:
         assert tool["type"] == "function"
         assert tool["function"]["parameters"]["type"] == "object"

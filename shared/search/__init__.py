@@ -1,0 +1,1 @@
+"""Recall: full-text search of a scope's topics and messages, across its sessions."""

@@ -1,0 +1,29 @@
+"""GET /agents-api/search: recall over one scope's topics and messages (shared/search/)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.memory.scope import Scope
+from shared.search.service import SearchQuery, search
+from web.auth import current_org
+from web.runtime import unit_of_work
+from web.schemas.common import dump
+from web.schemas.search import HitOut, SearchOut, SearchQueryIn
+from web.views.common import api_blueprint
+
+bp = api_blueprint("search", "memory")
+
+
+@bp.get("/search", responses={200: SearchOut})
+def get_search(query: SearchQueryIn) -> dict[str, Any]:
+    """The scope's topics and messages that match `q`, best first, across its sessions.
+    Deprecated topics and their messages only with `includeDeprecated=true`."""
+    scope = Scope(org_id=current_org(), agent_id=query.agent_id, user_id=query.user_id)
+    asked = SearchQuery(
+        scope=scope, q=query.q, limit=query.limit, kind=query.kind,
+        include_deprecated=query.include_deprecated,
+    )  # fmt: skip
+    with unit_of_work() as uow:
+        hits = search(uow=uow, query=asked)
+    return dump(SearchOut(results=[HitOut.model_validate(hit) for hit in hits]))
