@@ -2,11 +2,12 @@
 
 Hooks (CONTRACT, Console): the sign-in input `name="api-key"`, topic rows
 `data-topic-id`, the active row `data-active="true"`, the toggle `<button
-data-memory-state>`.
+data-memory-state>`, the search box `<input type="search" name="search">`.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -245,3 +246,75 @@ def test_the_home_page_lists_the_orgs_reevaluations_with_their_progress(
         assert js_errors == []
     finally:
         api("DELETE", f"/reevaluations/{running['id']}")  # committed: no later tick takes it
+
+
+def test_search_over_the_scope_reveals_each_result_in_its_thread(
+    page: Page, live_server: LiveServer, console_key: str, api: Api, js_errors: list[str]
+) -> None:
+    forked = _new_session(api)
+    sid, billing = forked["id"], forked["activeTopicId"]
+    _talk(api, sid, BILLING + HIKE)
+    wait_for(lambda: len(api("GET", f"/sessions/{sid}")["topics"]) == 2, what="the fork")
+    other = _new_session(api)
+    _talk(api, other["id"], [("user", "The warehouse in Rotterdam closes at six.")])
+    _new_session(api, user="grace")  # another scope: never searched
+    _open_session(page, live_server.url, console_key, sid)
+    page.evaluate("window.__sameDocument = true")
+    box = page.locator('input[type="search"][name="search"]')
+    results = page.locator(".search-results")
+    billing_row = page.locator(f'[data-topic-id="{billing}"]')
+    expect(billing_row).not_to_have_attribute("data-active", "true")  # the hike is active
+
+    # In this session: the closed billing topic is selected, highlighted, its thread shown.
+    box.fill("Alembic migrations")
+    box.press("Enter")
+    hit = results.locator('li[data-kind="message"]').filter(has_text="with Alembic for")
+    expect(hit).to_contain_text("this session")
+    hit.click()
+    expect(billing_row).to_have_attribute("data-found", "true")
+    expect(billing_row).to_have_class("topic selected")
+    expect(billing_row.locator('[data-role="open"]')).to_be_focused()
+    found = page.locator('.messages [data-found="true"]')
+    expect(found).to_contain_text("PostgreSQL it is, with Alembic for migrations.")
+    expect(found).to_be_in_viewport()
+    assert page.evaluate("window.__sameDocument") is True  # no reload happened
+
+    # In another session of the scope: the router opens it and reveals the topic there.
+    box.fill("Rotterdam")
+    box.press("Enter")
+    hit = results.locator('li[data-kind="message"]')
+    expect(hit).to_contain_text("The warehouse in Rotterdam closes at six.")
+    hit.click()
+    expect(page).to_have_url(
+        re.compile(rf"/console/sessions/{other['id']}\?topic={other['activeTopicId']}&message=")
+    )
+    expect(page.locator(f'[data-topic-id="{other["activeTopicId"]}"]')).to_have_attribute(
+        "data-found", "true"
+    )
+    expect(page.locator(".messages")).to_contain_text("Rotterdam")
+    assert page.evaluate("window.__sameDocument") is True
+
+    box = page.locator('input[type="search"][name="search"]')  # the new view's box
+    box.fill("zeppelin")
+    box.press("Enter")
+    expect(results).to_have_text("No matches.")
+    box.fill("x" * 1001)  # the server's 422, named by its field
+    box.press("Enter")
+    expect(results.locator(".error")).to_have_text("q: at most 1000 characters")
+    assert js_errors == []
+
+
+def test_search_from_the_home_page_opens_the_session_of_the_result(
+    page: Page, live_server: LiveServer, console_key: str, api: Api, js_errors: list[str]
+) -> None:
+    session = _new_session(api)
+    _talk(api, session["id"], [("user", "Our invoices are issued in EUR.")])
+    _sign_in(page, live_server.url, console_key, "/console?agentId=planner&userId=ada")
+    box = page.locator('input[type="search"][name="search"]')
+    box.fill("invoices")
+    box.press("Enter")
+    page.locator(".search-results li").first.click()
+    expect(page).to_have_url(re.compile(rf"/console/sessions/{session['id']}\?topic="))
+    row = page.locator(f'[data-topic-id="{session["activeTopicId"]}"]')
+    expect(row).to_have_attribute("data-found", "true")
+    assert js_errors == []

@@ -3,6 +3,7 @@
 
 import { ApiError, api, auth, scopeQuery, sendExitTrigger, seg } from "./api.js";
 import { formatTime, h, plural, replace, shortId } from "./dom.js";
+import { searchBox } from "./search.js";
 import { SessionView } from "./session.js";
 
 const view = document.getElementById("view");
@@ -39,8 +40,14 @@ function hideError() {
 function parseRoute() {
   const path = location.pathname.replace(/\/+$/, "");
   const match = path.match(/^\/console\/sessions\/([^/]+)$/);
-  if (match) return { name: "session", sessionId: decodeURIComponent(match[1]) };
   const query = new URLSearchParams(location.search);
+  if (match) {
+    // ?topic=<id>&message=<id>: reveal that topic (and message), e.g. a search result's.
+    const reveal = query.get("topic")
+      ? { topicId: query.get("topic"), messageId: query.get("message") }
+      : null;
+    return { name: "session", sessionId: decodeURIComponent(match[1]), reveal };
+  }
   return { name: "home", agentId: query.get("agentId"), userId: query.get("userId") };
 }
 
@@ -71,9 +78,13 @@ function route() {
   signIn.hidden = true;
   signOut.hidden = false;
   if (next.name === "session") {
-    if (sessionView) return; // already showing it
+    if (sessionView) {
+      if (next.reveal) sessionView.reveal(next.reveal); // already showing it
+      return;
+    }
     sessionView = new SessionView({
       sessionId: next.sessionId,
+      reveal: next.reveal,
       onError: showError,
       onUnauthorized: unauthorized,
       onExitTrigger: (trigger) => sendExitTrigger(next.sessionId, trigger),
@@ -92,7 +103,9 @@ document.addEventListener("click", (event) => {
   if (!link || event.defaultPrevented || event.button !== 0) return;
   if (event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return;
   event.preventDefault();
-  if (link.href !== location.href) navigate(link.href);
+  // A link to the page on screen opens it again, as the browser would (a search result
+  // clicked twice reveals its topic again), without a second history entry.
+  navigate(link.href, { replaceState: link.href === location.href });
 });
 
 window.addEventListener("popstate", route);
@@ -187,6 +200,7 @@ async function renderHome({ agentId, userId }) {
       ),
       sessions,
     ),
+    scopeSelected ? searchCard(agentId, userId) : null,
     newSessionCard(agentId, userId),
     reevaluationsCard(),
   );
@@ -268,6 +282,15 @@ async function loadSessions(container, agentId, userId) {
     if (error.status === 401) return unauthorized();
     replace(container, h("p", { class: "error" }, error.message));
   }
+}
+
+function searchCard(agentId, userId) {
+  return h(
+    "section",
+    { class: "card", "aria-labelledby": "search-heading" },
+    h("h2", { id: "search-heading" }, `Search ${agentId} / ${userId}`),
+    searchBox({ scope: () => ({ agentId, userId }), onUnauthorized: unauthorized }),
+  );
 }
 
 function newSessionCard(agentId, userId) {

@@ -1,10 +1,12 @@
 // The session view: topics with the memory toggle, the thread, the selected topic's
-// summary/notes/evaluations, the context preview and the scope's durable facts.
+// summary/notes/evaluations, the context preview, the scope's durable facts and a
+// search over the scope (search.js) whose results reveal their topic here.
 // Everything shown is re-read from the API; live events only say "something changed".
 
 import { api, auth, scopeQuery, seg } from "./api.js";
 import { brainIcon, formatTime, h, plural, pretty, replace, shortId } from "./dom.js";
 import { openLiveStream } from "./live.js";
+import { searchBox } from "./search.js";
 
 const STATE_NAMES = { none: "none", promoted: "promoted", deprecated: "deprecated" };
 const MESSAGE_PAGE = 1000;
@@ -17,7 +19,7 @@ export function toggleLabel(topic) {
 }
 
 export class SessionView {
-  constructor({ sessionId, onError, onUnauthorized, onExitTrigger }) {
+  constructor({ sessionId, reveal = null, onError, onUnauthorized, onExitTrigger }) {
     this.sessionId = sessionId;
     this.onError = onError;
     this.onUnauthorized = onUnauthorized;
@@ -25,6 +27,8 @@ export class SessionView {
     this.session = null;
     this.selectedTopicId = null;
     this.followActive = true; // the selection follows the active topic (e.g. after a fork)
+    this.pendingReveal = reveal; // {topicId, messageId}: to select once the session is read
+    this.found = null; // the revealed topic (and message), highlighted until another is picked
     this.generation = 0;
     this.cycling = new Set();
     this.refreshTimer = null;
@@ -39,6 +43,11 @@ export class SessionView {
     this.backLink = h("a", { href: "/console", "data-link": "", class: "back" }, "← All sessions");
     this.title = h("h1", {}, `Session ${shortId(this.sessionId)}`);
     this.meta = h("p", { class: "muted meta" }, "Loading…");
+    this.search = searchBox({
+      scope: () => this.session && { agentId: this.session.agentId, userId: this.session.userId },
+      sessionId: this.sessionId,
+      onUnauthorized: () => this.onUnauthorized(),
+    });
     this.liveBadge = h("span", { class: "live", "data-live": "connecting", role: "status" }, "connecting…");
 
     this.topicList = h("ul", { class: "topic-list", "aria-label": "Topics of this session" });
@@ -60,6 +69,7 @@ export class SessionView {
         h("div", { class: "head-row" }, this.backLink, this.liveBadge),
         this.title,
         this.meta,
+        this.search,
       ),
       h(
         "div",
@@ -225,12 +235,14 @@ export class SessionView {
     if (!current()) return;
     const firstLoad = this.session === null;
     this.session = session;
-    if (this.followActive || !this.selectedTopic) {
+    const revealed = this.takeReveal();
+    if (!revealed && (this.followActive || !this.selectedTopic)) {
       this.selectedTopicId = session.activeTopicId ?? session.topics.at(-1)?.id ?? null;
       this.followActive = true;
     }
     this.renderHead();
     this.renderTopics();
+    if (revealed) this.scrollToFound();
     const jobs = [this.loadThread(current), this.loadDetail(current), this.loadContext(current)];
     if (firstLoad || !this.facts.contains(document.activeElement)) jobs.push(this.loadFacts());
     await Promise.all(jobs);
@@ -315,6 +327,7 @@ export class SessionView {
         class: `topic${selected ? " selected" : ""}`,
         "data-topic-id": topic.id,
         "data-active": active ? "true" : null,
+        "data-found": topic.id === this.found?.topicId ? "true" : null,
       },
       toggle,
       open,
@@ -322,12 +335,51 @@ export class SessionView {
   }
 
   select(topicId) {
+    this.found = null;
     this.selectedTopicId = topicId;
     this.followActive = topicId === this.session.activeTopicId;
     this.renderTopics();
     const current = () => !this.closed;
     this.loadThread(current);
     this.loadDetail(current);
+  }
+
+  /** Select and highlight a topic (and message) found elsewhere, e.g. a search result. */
+  reveal({ topicId, messageId = null }) {
+    this.pendingReveal = { topicId, messageId };
+    if (!this.session) return; // the first read takes it
+    if (!this.session.topics.some((t) => t.id === topicId)) {
+      this.refresh(); // a topic newer than the list on screen (a fork)
+      return;
+    }
+    this.takeReveal();
+    this.renderTopics();
+    this.scrollToFound();
+    const current = () => !this.closed;
+    this.loadThread(current);
+    this.loadDetail(current);
+  }
+
+  /** Apply the pending reveal to the session just read; false if there is none. */
+  takeReveal() {
+    const reveal = this.pendingReveal;
+    this.pendingReveal = null;
+    if (!reveal) return false;
+    if (!this.session.topics.some((t) => t.id === reveal.topicId)) {
+      this.onError(new Error("That topic is not in this session."));
+      return false;
+    }
+    this.found = { ...reveal, scrollPending: Boolean(reveal.messageId) };
+    this.selectedTopicId = reveal.topicId;
+    this.followActive = reveal.topicId === this.session.activeTopicId;
+    return true;
+  }
+
+  scrollToFound() {
+    const selector = `[data-topic-id="${CSS.escape(this.found.topicId)}"]`;
+    const row = this.topicList.querySelector(selector);
+    row?.scrollIntoView({ block: "nearest" });
+    row?.querySelector('[data-role="open"]')?.focus({ preventScroll: true });
   }
 
   async cycle(topicId) {
@@ -391,7 +443,16 @@ export class SessionView {
         ? messages.map((m) => this.messageItem(m))
         : h("li", { class: "muted empty" }, "No messages in this topic yet."),
     );
-    if (atBottom || !sameTopic) list.scrollTop = list.scrollHeight; // follow the newest
+    const found =
+      this.found?.scrollPending && topic.id === this.found.topicId
+        ? list.querySelector(`[data-message-id="${CSS.escape(this.found.messageId)}"]`)
+        : null;
+    if (found) {
+      this.found.scrollPending = false; // once: later refreshes follow the newest again
+      list.scrollTop += found.getBoundingClientRect().top - list.getBoundingClientRect().top - 8;
+    } else if (atBottom || !sameTopic) {
+      list.scrollTop = list.scrollHeight; // follow the newest
+    }
   }
 
   messageItem(message) {
@@ -399,9 +460,14 @@ export class SessionView {
     const label = tool
       ? `tool${message.toolName ? ` · ${message.toolName}` : ""}`
       : message.role;
+    const found = this.found && String(message.id) === this.found.messageId;
     return h(
       "li",
-      { class: `msg msg-${message.role}`, "data-message-id": message.id },
+      {
+        class: `msg msg-${message.role}`,
+        "data-message-id": message.id,
+        "data-found": found ? "true" : null,
+      },
       h(
         "div",
         { class: "msg-head" },
