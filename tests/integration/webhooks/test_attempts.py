@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.models import Org
@@ -27,7 +27,8 @@ from tests.webhook_receiver import Receiver
 
 POLICY = Policy(max_attempts=3, backoff_s=1.0, timeout_s=2.0, allow_private=True)
 BOX = SecretBox(None)
-NOW = dt.datetime(2026, 12, 4, 12, 0, tzinfo=dt.UTC)
+# Long before any row other tests committed: the dispatcher's "overdue" finds only ours.
+NOW = dt.datetime(2000, 1, 1, 12, 0, tzinfo=dt.UTC)
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 
@@ -43,13 +44,19 @@ def delivery_id(uow: UnitOfWork) -> int:
     org = Org(name=f"org-{uuid.uuid4().hex[:8]}")
     uow.session.add(org)
     uow.session.flush()
-    subscribe(
+    webhook = subscribe(
         uow=uow, org_id=org.id, url="http://127.0.0.1:9/", events=[FACTS_CHANGED],
         secret=None, box=BOX, allow_private=True,
-    )  # fmt: skip
+    ).webhook  # fmt: skip
     record_event(uow, org_id=org.id, type=FACTS_CHANGED, data={"agentId": "a", "userId": "u"})
-    uow.session.execute(update(WebhookDelivery).values(next_attempt_at=NOW))
-    return int(uow.session.scalar(select(WebhookDelivery.id)) or 0)
+    return int(
+        uow.session.execute(
+            update(WebhookDelivery)
+            .where(WebhookDelivery.webhook_id == webhook.id)
+            .values(next_attempt_at=NOW)
+            .returning(WebhookDelivery.id)
+        ).scalar_one()
+    )
 
 
 def test_a_claimed_delivery_cannot_be_claimed_again_until_its_lease_ends(
@@ -109,7 +116,8 @@ def test_the_dispatcher_sends_a_job_only_for_deliveries_overdue_past_its_period(
     assert overdue_jobs(uow, now=NOW + grace / 2, grace=grace) == []  # its own job may be queued
     (job,) = overdue_jobs(uow, now=NOW + grace * 2, grace=grace)
     assert job.kwargs == {"delivery_id": delivery_id}
-    uow.session.execute(update(WebhookDelivery).values(status="delivered"))
+    delivered = update(WebhookDelivery).where(WebhookDelivery.id == delivery_id)
+    uow.session.execute(delivered.values(status="delivered"))
     assert overdue_jobs(uow, now=NOW + grace * 2, grace=grace) == []
 
 
