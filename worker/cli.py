@@ -193,12 +193,14 @@ def reevaluate(
                 since=since, rate=rate,
             )  # fmt: skip
             uow.commit()
-        click.echo(
-            f"re-evaluation {campaign.id}: {campaign.total}"
-            f" topic{'' if campaign.total == 1 else 's'} at {campaign.rate:g} a second",
-            err=True,
-        )
+        # From the commit on, Ctrl-C means "stop following", whenever it comes: between
+        # this line and the progress bar too (else click answers it with "Aborted!", 1).
         try:
+            click.echo(
+                f"re-evaluation {campaign.id}: {campaign.total}"
+                f" topic{'' if campaign.total == 1 else 's'} at {campaign.rate:g} a second",
+                err=True,
+            )
             ended = _follow(rt, campaign.id, campaign.total)
         except KeyboardInterrupt:
             click.echo(

@@ -65,7 +65,7 @@ def test_r1_the_stack_is_stable_then_semi_stable_then_volatile(
     assert list(body["layers"]["semiStable"]) == ["notes", "priorTopics"]
     assert list(body["layers"]["volatile"]) == ["thread", "toolResults", "workingMemory"]
     tools = [t.get("function", t)["name"] for t in body["layers"]["stable"]["tools"]]
-    assert tools == ["notes", "important_info", "manage_topic_memory", "search"]
+    assert tools == ["notes", "important_info", "manage_topic_memory", "recall", "search"]
 
     messages = body["messages"]
     stable, semi = messages[0]["content"], messages[1]["content"]
