@@ -152,13 +152,19 @@ _QUERY_AND_SCOPE = """
 _MESSAGES = text(
     f"""
     WITH {_QUERY_AND_SCOPE},
+    topic_ranks AS MATERIALIZED (  -- once per matching topic, not per message of it
+        SELECT t.id, ts_rank_cd(t.search_vector, query.q, 1) AS rank
+          FROM topics t CROSS JOIN query
+         WHERE t.session_id IN (SELECT id FROM scope) AND t.search_vector @@ query.q
+    ),
     hits AS (
         SELECT m.id, m.session_id, m.topic_id, m.content, m.created_at, t.title,
                t.keep_in_memory, t.deprecated,
                ts_rank_cd(m.search_vector, query.q, 1)
-               + {TOPIC_WEIGHT} * ts_rank_cd(t.search_vector, query.q, 1) AS base
+               + {TOPIC_WEIGHT} * coalesce(topic_ranks.rank, 0) AS base
           FROM messages m
           JOIN topics t ON t.id = m.topic_id
+          LEFT JOIN topic_ranks ON topic_ranks.id = m.topic_id
          CROSS JOIN query
          WHERE m.session_id IN (SELECT id FROM scope)
            AND m.search_vector @@ query.q
