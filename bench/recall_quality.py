@@ -1,0 +1,666 @@
+"""bench/recall_quality ([2.5]): does search find the turns that answer a question?
+
+It ingests LoCoMo-format conversations (the format: the data's README.md) through the
+running system and asks each category 1–4 question through `GET /agents-api/search`
+(`kind=message`, `limit=10`, the question as `q`).
+
+- The system is real: the Procfile's web (gunicorn) and its worker (Celery, all queues),
+  both with `DRIFTLESS_LLM=local`, so titles and summaries are made offline, on the
+  bench's own PostgreSQL and Redis (bench/common.py).
+- Each conversation is one agent + user scope of one org. Each LoCoMo session is one
+  session: speaker_a posts as `user` and speaker_b as `assistant`. An image turn's
+  caption follows its text as ` [image: <caption>]`.
+- Turns go in as an agent posts them, `--batch` (2) to a request. After a post that
+  enqueued a heartbeat (R26), ingest waits for the worker's evaluation (drift and fork,
+  R30), as a conversation's next turn comes after it. At the end of each LoCoMo session
+  the topic is closed (`POST …/topics`), and its summary is made as the pipeline would
+  (R25). Questions are asked only once every summary is made.
+- `--speaker-names` stores each turn as `<speaker>: <text>`. A LoCoMo question names
+  people, but the API keeps only role and content. This is an ingestion choice; compare
+  runs only when it is the same on both sides.
+
+Metric: a question's recall@k is the share of its evidence turns (`evidence` dia_ids)
+among the messages of the top k results. The score is the mean over questions, as in the
+reference (BM25 over single turns, recall@5 = 0.469, recall@10 = 0.539 on the dev
+split). Category 5 (adversarial) and questions without evidence are left out. One dev
+evidence entry, "D8:6; D9:17", is read as two ids.
+
+Tuning: `--variant SPEC` (repeatable, or `--variant all` for the built-in grid) runs
+alternative scoring SQL directly against the bench database through SQLAlchemy, over
+the same ingested data. A SPEC is `name:key=value,...` with keys `cfg` (english|simple),
+`rank` (ts_rank_cd|ts_rank), `norm` (normalization flags), `tw` (topic weight), `nw`
+(neighbour weight), `n` (neighbours on each side), `match` (or|and_or|prefix), `names`
+(1: the speaker's name in front of each turn, on the fly). `base` is the shipped query;
+`bm25` is a BM25 over single turns in Python, the reference's method.
+
+    .venv/bin/python -m bench.recall_quality FILE... [--limit-conversations N]
+        [--speaker-names] [--batch 2] [--variant SPEC ...]
+
+The last line is machine-readable: `recall@5=… recall@10=… questions=N` (the API's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import re
+import shlex
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from bench.common import (
+    BENCH_BROKER_DB,
+    BENCH_DATABASE,
+    BENCH_REDIS_DB,
+    BIN,
+    BenchEnv,
+    Subprocess,
+    arguments,
+    bench_env,
+    describe,
+    machine,
+    subprocess_running,
+    wait_until,
+)
+from bench.http_throughput import PROCFILE, web_server
+from bench.worker_pool import worker_answers
+from driftless_client import Client
+from shared.auth.service import create_api_key
+from shared.config import Settings
+from shared.db.engine import make_engine, make_session_factory
+from shared.db.uow import UnitOfWork
+from shared.llm.text import STOPWORDS
+from shared.queue import RecordingQueue
+from tests import services
+from worker.app import make_celery
+
+K = (5, 10)
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+AGENT = "locomo"
+
+
+# --- the data ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Turn:
+    dia_id: str
+    speaker: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Question:
+    text: str
+    category: int
+    evidence: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Conversation:
+    name: str
+    speaker_a: str
+    speaker_b: str
+    sessions: list[list[Turn]]
+    questions: list[Question]
+
+    def content(self, turn: Turn, *, names: bool) -> str:
+        return f"{turn.speaker}: {turn.text}" if names else turn.text
+
+
+def load(paths: Sequence[Path]) -> list[Conversation]:
+    conversations = []
+    for path in paths:
+        for number, raw in enumerate(json.loads(path.read_text())):
+            keys = sorted(
+                (int(m.group(1)), key)
+                for key in raw
+                if (m := re.fullmatch(r"session_(\d+)", key)) and raw[key]
+            )
+            sessions = [[_turn(t) for t in raw[key]] for _, key in keys]
+            questions = [
+                Question(q["question"], q["category"], frozenset(_evidence(q["evidence"])))
+                for q in raw["qa"]
+                if q["category"] in CATEGORIES and _evidence(q.get("evidence", []))
+            ]
+            name = f"{path.stem}#{number}"
+            conversations.append(
+                Conversation(name, raw["speaker_a"], raw["speaker_b"], sessions, questions)
+            )
+    return conversations
+
+
+def _turn(raw: dict[str, Any]) -> Turn:
+    caption = raw.get("blip_caption")
+    text_ = raw["text"] + (f" [image: {caption}]" if caption else "")
+    return Turn(raw["dia_id"], raw["speaker"], text_)
+
+
+def _evidence(items: Sequence[str]) -> list[str]:
+    return [e for item in items for e in re.split(r"[;,\s]+", item) if e]
+
+
+# --- ingest through the API ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ingested:
+    conversation: Conversation
+    user_id: str
+    dia_of: dict[int, str]  # message id -> dia_id
+
+
+def worker_command(name: str) -> list[str]:
+    """The Procfile's worker line, with a name of its own."""
+    found = re.search(r"^worker:\s*(.+)$", PROCFILE.read_text(), re.MULTILINE)
+    if found is None:
+        raise SystemExit(f"{PROCFILE} has no worker: line")
+    words = shlex.split(found.group(1))
+    return [str(BIN / words[0]), *words[1:], "--hostname", name]
+
+
+class Finished:
+    """Counts the worker's finished heartbeat evaluations in its log (worker/tasks.py logs
+    one line per job, whatever its outcome, after the job's commit): not every outcome
+    writes an audit row."""
+
+    LINE = re.compile(rb"evaluate_topic \S+ \(heartbeat\): ")
+
+    def __init__(self, worker: Subprocess) -> None:
+        self.worker, self.seen, self.offset = worker, 0, 0
+
+    def at_least(self, expected: int) -> bool:
+        with self.worker.log.open("rb") as log:
+            log.seek(self.offset)
+            data = log.read()
+        complete = data[: data.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        self.seen += len(self.LINE.findall(complete))
+        return self.seen >= expected
+
+    def wait(self, expected: int) -> None:
+        try:
+            wait_until(
+                lambda: self.at_least(expected), timeout_s=120, what="a heartbeat evaluation",
+                process=self.worker,
+            )  # fmt: skip
+        except SystemExit as exc:  # say why: the worker's own words
+            tail = self.worker.log.read_text(errors="replace")[-4000:]
+            raise SystemExit(f"{exc}; the worker's log ends:\n{tail}") from None
+
+
+def count(env: BenchEnv, sql: str) -> int:
+    with env.engine.connect() as connection:
+        return int(connection.execute(text(sql)).scalar_one())
+
+
+def summaries_pending(env: BenchEnv) -> int:
+    return count(
+        env,
+        "SELECT count(*) FROM topics WHERE status = 'closed'"
+        " AND summarized_through_id IS DISTINCT FROM last_message_id",
+    )
+
+
+def ingest(
+    env: BenchEnv, client: Client, conversations: Sequence[Conversation], *, batch: int,
+    names: bool, worker: Subprocess,
+) -> list[Ingested]:  # fmt: skip
+    """Post every turn, wait for each heartbeat's evaluation, close each session's topic."""
+    ingested, heartbeats, finished = [], 0, Finished(worker)
+    for index, conversation in enumerate(conversations):
+        dia_of: dict[int, str] = {}
+        for turns in conversation.sessions:
+            session_id = client.create_session(AGENT, user_of(index, conversation))["id"]
+            for start in range(0, len(turns), batch):
+                chunk = turns[start : start + batch]
+                messages = [
+                    {
+                        "role": "user" if t.speaker == conversation.speaker_a else "assistant",
+                        "content": conversation.content(t, names=names),
+                    }
+                    for t in chunk
+                ]
+                answer = client.post_messages(session_id, messages)
+                dia_of.update(
+                    (stored["id"], t.dia_id)
+                    for stored, t in zip(answer["messages"], chunk, strict=True)
+                )
+                if answer["driftEvaluationEnqueued"]:
+                    heartbeats += 1
+                    finished.wait(heartbeats)
+            client.create_topic(session_id)  # closes the topic; the worker summarizes it
+        ingested.append(Ingested(conversation, user_of(index, conversation), dia_of))
+    wait_until(
+        lambda: summaries_pending(env) == 0, timeout_s=300, what="the summaries", process=worker
+    )
+    return ingested
+
+
+def user_of(index: int, conversation: Conversation) -> str:
+    return f"{index}:{conversation.speaker_a}"
+
+
+def reuse(env: BenchEnv, conversations: Sequence[Conversation]) -> list[Ingested]:
+    """What a previous run ingested, read back: a scope's messages in id order are its
+    turns in posting order."""
+    ingested = []
+    with env.engine.connect() as connection:
+        for index, conversation in enumerate(conversations):
+            ids = connection.execute(
+                text(
+                    "SELECT m.id FROM messages m JOIN sessions s ON s.id = m.session_id"
+                    " WHERE s.agent_id = :agent AND s.user_id = :user ORDER BY m.id"
+                ),
+                {"agent": AGENT, "user": user_of(index, conversation)},
+            ).scalars()
+            turns = [t.dia_id for session in conversation.sessions for t in session]
+            try:
+                dia_of = dict(zip(ids, turns, strict=True))
+            except ValueError:
+                raise SystemExit("--reuse: the database holds other data; run without it") from None
+            ingested.append(Ingested(conversation, user_of(index, conversation), dia_of))
+    return ingested
+
+
+def reused_env() -> BenchEnv:
+    """The database and Redis a previous run left, as they are, and a new key of its org."""
+    database_url = (
+        make_url(services.admin_database_url())
+        .set(database=BENCH_DATABASE)
+        .render_as_string(hide_password=False)
+    )
+    engine = make_engine(database_url)
+    factory = make_session_factory(engine)
+    with UnitOfWork(factory, RecordingQueue()) as uow:
+        org = uow.session.scalars(text("SELECT name FROM orgs")).one()
+        key = create_api_key(uow=uow, org_name=org)
+        uow.commit()
+    redis_url = f"{services.redis_base_url()}/{BENCH_REDIS_DB}"
+    broker_url = f"{services.redis_base_url()}/{BENCH_BROKER_DB}"
+    client = redis.Redis.from_url(redis_url)
+    return BenchEnv(database_url, redis_url, engine, factory, client, key, broker_url)
+
+
+# --- scoring ---------------------------------------------------------------------------
+
+
+@dataclass
+class Score:
+    """Per-question recall@k, by category."""
+
+    recalls: dict[int, list[tuple[float, ...]]]
+
+    @classmethod
+    def empty(cls) -> Score:
+        return cls(defaultdict(list))
+
+    def add(self, question: Question, found: Sequence[str]) -> None:
+        self.recalls[question.category].append(
+            tuple(len(question.evidence & set(found[:k])) / len(question.evidence) for k in K)
+        )
+
+    def at(self, k: int, category: int | None = None) -> float:
+        column = K.index(k)
+        rows = [r for c, rs in self.recalls.items() if category in (None, c) for r in rs]
+        return sum(r[column] for r in rows) / len(rows) if rows else math.nan
+
+    @property
+    def questions(self) -> int:
+        return sum(len(rows) for rows in self.recalls.values())
+
+
+def ask_api(http: httpx.Client, ingested: Sequence[Ingested], latencies_ms: list[float]) -> Score:
+    score = Score.empty()
+    for item in ingested:
+        for question in item.conversation.questions:
+            params = {"agentId": AGENT, "userId": item.user_id, "q": question.text}
+            began = time.perf_counter()
+            answer = http.get(
+                "/agents-api/search", params={**params, "kind": "message", "limit": max(K)}
+            )
+            latencies_ms.append((time.perf_counter() - began) * 1000)
+            answer.raise_for_status()
+            ids = [hit["messageId"] for hit in answer.json()["results"]]
+            score.add(question, [item.dia_of[i] for i in ids])
+    return score
+
+
+# --- variants of the scoring, run directly on the bench database -----------------------
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    cfg: str = "english"
+    rank: str = "ts_rank_cd"  # or ts_rank
+    norm: int = 1  # the rank function's normalization flags
+    idf: bool = False  # rank each query word alone, weighted by its BM25 idf in the scope
+    tw: float = 0.3  # topic weight
+    nw: float = 0.3  # neighbour weight
+    n: int = 2  # neighbours on each side
+    match: str = "or"  # or | and_or (turns with every word first) | prefix
+    names: bool = False  # "<speaker>: " in front of each turn, on the fly
+    reranked: int = 200
+
+    @classmethod
+    def parse(cls, spec: str) -> Variant:
+        name, _, fields = spec.partition(":")
+        variant = cls(name)
+        for field in filter(None, fields.split(",")):
+            key, _, value = field.partition("=")
+            kind = type(getattr(variant, key))
+            parsed = value in ("1", "true") if kind is bool else kind(value)
+            variant = replace(variant, **{key: parsed})  # type: ignore[arg-type]
+        if (
+            variant.cfg not in ("english", "simple")
+            or variant.rank not in ("ts_rank_cd", "ts_rank")
+            or variant.match not in ("or", "and_or", "prefix")
+        ):
+            raise SystemExit(f"bad variant {spec!r}")
+        return variant
+
+    @property
+    def spec(self) -> str:
+        default = Variant(self.name)
+        changed = [
+            f"{key}={getattr(self, key)}"
+            for key in ("cfg", "rank", "norm", "idf", "tw", "nw", "n", "match", "names")
+            if getattr(self, key) != getattr(default, key)
+        ]
+        return ",".join(changed) or "as shipped"
+
+    def sql(self) -> str:
+        """The shipped query's scoring with this variant's changes, vectors made on the fly."""
+        cfg = f"'{self.cfg}'::regconfig"
+        star = ":*" if self.match == "prefix" else ""
+        any_word = f"replace(CAST(plainto_tsquery({cfg}, :q) AS text), ' & ', ' | ')"
+        if star:
+            any_word = rf"regexp_replace({any_word}, '''([^'']*)''', '''\1'':*', 'g')"
+        name = "CASE WHEN m.role = 'user' THEN :speaker_a ELSE :speaker_b END || ': ' || "
+        content = (name if self.names else "") + "m.content"
+
+        def rank(vector: str) -> str:
+            if not self.idf:
+                return f"{self.rank}({vector}, query.q, {self.norm})"
+            return (
+                f"(SELECT coalesce(sum(w.idf * {self.rank}({vector}, w.q, {self.norm})), 0)"
+                " FROM weighted w)"
+            )
+
+        bucket = "(h.v @@ query.qa) DESC," if self.match == "and_or" else ""
+        return f"""
+        WITH query AS (SELECT CAST({any_word} AS tsquery) AS q,
+                              plainto_tsquery({cfg}, :q) AS qa),
+        scope AS (SELECT id FROM sessions
+                   WHERE org_id = :org AND agent_id = :agent AND user_id = :user),
+        docs AS MATERIALIZED (
+            SELECT m.id, m.session_id, m.topic_id, to_tsvector({cfg}, {content}) AS v,
+                   row_number() OVER (PARTITION BY m.session_id ORDER BY m.id) AS pos
+              FROM messages m WHERE m.session_id IN (SELECT id FROM scope) AND m.role <> 'tool'
+        ),
+        terms AS (
+            SELECT DISTINCT CAST(quote_literal(lexeme) || '{star}' AS tsquery) AS q
+              FROM unnest(tsvector_to_array(to_tsvector({cfg}, :q))) AS lexeme
+        ),
+        weighted AS MATERIALIZED (
+            SELECT terms.q, ln(1 + (total.n - df.n + 0.5) / (df.n + 0.5)) AS idf
+              FROM terms
+             CROSS JOIN (SELECT count(*) AS n FROM docs) AS total
+             CROSS JOIN LATERAL (SELECT count(*) AS n FROM docs WHERE docs.v @@ terms.q) AS df
+        ),
+        tops AS (
+            SELECT t.id, setweight(to_tsvector({cfg}, coalesce(t.title, '')), 'A')
+                         || setweight(to_tsvector({cfg}, coalesce(t.summary, '')), 'B') AS v
+              FROM topics t WHERE t.session_id IN (SELECT id FROM scope)
+        ),
+        ranked AS (
+            SELECT d.id, d.session_id, d.pos, d.v, d.v @@ query.q AS hit, {rank("d.v")} AS own,
+                   {rank("tp.v")} AS topic_rank
+              FROM docs d JOIN tops tp ON tp.id = d.topic_id CROSS JOIN query
+        ),
+        around AS (
+            SELECT ranked.*, own + {self.tw} * topic_rank AS base,
+                   sum(own) OVER (PARTITION BY session_id ORDER BY pos
+                                  ROWS BETWEEN {self.n} PRECEDING AND {self.n} FOLLOWING)
+                   - own AS near
+              FROM ranked
+        ),
+        hits AS (SELECT * FROM around WHERE hit ORDER BY base DESC LIMIT {self.reranked})
+        SELECT h.id FROM hits h CROSS JOIN query
+         ORDER BY {bucket} h.base + {self.nw} * h.near DESC, h.id DESC
+         LIMIT :limit
+        """
+
+
+# The scoring this bench recommends for shared/search/service.py's _MESSAGES, on the
+# stored vectors and their index: each query word ranked alone (ts_rank, no length
+# normalization) and weighted by its BM25 idf among the scope's messages; no share of
+# the topic's rank; the neighbours as shipped. `bench.search_speed` times it too.
+PROPOSED = """
+    WITH query AS (
+        SELECT CAST(replace(CAST(plainto_tsquery('english', :q) AS text), ' & ', ' | ')
+                    AS tsquery) AS q
+    ),
+    scope AS (
+        SELECT id FROM sessions WHERE org_id = :org AND agent_id = :agent AND user_id = :user
+    ),
+    words AS (
+        SELECT DISTINCT CAST(quote_literal(lexeme) AS tsquery) AS q
+          FROM unnest(tsvector_to_array(to_tsvector('english', :q))) AS lexeme
+    ),
+    matches AS MATERIALIZED (
+        SELECT m.id, m.session_id, m.topic_id, m.content, m.created_at, m.search_vector,
+               t.title, t.keep_in_memory, t.deprecated
+          FROM messages m
+          JOIN topics t ON t.id = m.topic_id
+         CROSS JOIN query
+         WHERE m.session_id IN (SELECT id FROM scope)
+           AND m.search_vector @@ query.q
+           AND m.role <> 'tool'
+           AND (:deprecated OR NOT t.deprecated)
+    ),
+    weighted AS MATERIALIZED (
+        SELECT words.q, ln(1 + (greatest(total.n - df.n, 0) + 0.5) / (df.n + 0.5)) AS idf
+          FROM words
+         CROSS JOIN (SELECT coalesce(sum(message_count), 0) AS n FROM topics
+                      WHERE session_id IN (SELECT id FROM scope)) AS total
+         CROSS JOIN LATERAL (SELECT count(*) AS n FROM matches
+                              WHERE matches.search_vector @@ words.q) AS df
+    ),
+    hits AS (
+        SELECT matches.*,
+               (SELECT sum(w.idf * ts_rank(matches.search_vector, w.q, 0)) FROM weighted w)
+               AS base
+          FROM matches
+         ORDER BY base DESC
+         LIMIT 200
+    ),
+    scored AS (
+        SELECT hits.*, hits.base + 0.3 * coalesce(around.rank, 0) AS score
+          FROM hits
+          LEFT JOIN LATERAL (
+              SELECT sum(w.idf * ts_rank(n.search_vector, w.q, 0)) AS rank
+                FROM ((SELECT search_vector FROM messages
+                        WHERE session_id = hits.session_id AND id < hits.id AND role <> 'tool'
+                        ORDER BY id DESC LIMIT 2)
+                      UNION ALL
+                      (SELECT search_vector FROM messages
+                        WHERE session_id = hits.session_id AND id > hits.id AND role <> 'tool'
+                        ORDER BY id LIMIT 2)) AS n
+               CROSS JOIN weighted w
+          ) AS around ON true
+         ORDER BY score DESC, hits.id DESC
+         LIMIT :limit
+    )
+    -- The shipped query's last SELECT (snippets, topic fields) follows unchanged.
+    SELECT scored.id AS message_id, scored.score FROM scored
+     ORDER BY scored.score DESC, scored.id DESC
+"""
+
+
+def ask_variant(env: BenchEnv, org_id: uuid.UUID, variant: Variant, items: list[Ingested]) -> Score:
+    score = Score.empty()
+    statement = text(PROPOSED if variant.name == "proposed" else variant.sql())
+    with env.engine.connect() as connection:
+        for item in items:
+            c = item.conversation
+            for question in c.questions:
+                params = {
+                    "q": question.text, "org": org_id, "agent": AGENT, "user": item.user_id,
+                    "limit": max(K), "speaker_a": c.speaker_a, "speaker_b": c.speaker_b,
+                    "deprecated": False,
+                }  # fmt: skip
+                ids = connection.execute(statement, params).scalars().all()
+                score.add(question, [item.dia_of[i] for i in ids])
+    return score
+
+
+def bm25(items: list[Ingested], *, names: bool, k1: float = 1.2, b: float = 0.75) -> Score:
+    """The reference's method: BM25 over single turns (lower-cased words, stop-words out,
+    no stemming)."""
+    score = Score.empty()
+    for item in items:
+        c = item.conversation
+        turns = [t for session in c.sessions for t in session]
+        docs = [Counter(_words(c.content(t, names=names))) for t in turns]
+        df = Counter(w for d in docs for w in d)
+        mean_len = sum(sum(d.values()) for d in docs) / len(docs)
+        for question in c.questions:
+            words = set(_words(question.text))
+            scored = []
+            for turn, d in zip(turns, docs, strict=True):
+                length = sum(d.values())
+                s = sum(
+                    math.log(1 + (len(docs) - df[w] + 0.5) / (df[w] + 0.5))
+                    * d[w] * (k1 + 1) / (d[w] + k1 * (1 - b + b * length / mean_len))
+                    for w in words if w in d
+                )  # fmt: skip
+                scored.append((s, turn.dia_id))
+            scored.sort(key=lambda pair: -pair[0])
+            score.add(question, [dia for s, dia in scored[: max(K)] if s > 0])
+    return score
+
+
+def _words(text_: str) -> list[str]:
+    return [w for w in re.findall(r"[a-z0-9]+", text_.lower()) if w not in STOPWORDS]
+
+
+GRID = [
+    "bm25", "bm25_names:names=1", "base", "base_names:names=1",
+    "tw0:tw=0", "tw0.1:tw=0.1", "tw1:tw=1", "nw0:nw=0", "nw0.1:nw=0.1", "nw0.6:nw=0.6",
+    "n1:n=1", "n3:n=3", "norm0:norm=0", "norm2:norm=2", "ts_rank:rank=ts_rank",
+    "ts_rank_norm0:rank=ts_rank,norm=0", "and_or:match=and_or", "prefix:match=prefix",
+    "simple:cfg=simple", "idf:idf=1", "idf_names:idf=1,names=1",
+]  # fmt: skip
+
+
+# --- the run ---------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = arguments(__doc__ or "")
+    parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("--limit-conversations", type=int, default=None)
+    parser.add_argument("--batch", type=int, default=2, help="turns per message post")
+    parser.add_argument("--speaker-names", action="store_true", help="store '<speaker>: <text>'")
+    parser.add_argument("--variant", action="append", default=[], help="SPEC, or 'all'")
+    parser.add_argument(
+        "--reuse", action="store_true",
+        help="ask again over what the previous run (same files and flags) ingested",
+    )  # fmt: skip
+    args = parser.parse_args()
+    conversations = load(args.files)[: args.limit_conversations]
+    specs = [s for v in args.variant for s in (GRID if v == "all" else [v])]
+    variants = [Variant.parse(spec) for spec in specs]
+    host = machine()
+    env = reused_env() if args.reuse else bench_env(args.admin_database_url)
+    app = make_celery(
+        Settings(database_url=env.database_url, redis_url=env.redis_url, broker_url=env.broker_url)
+    )
+    name = f"bench-recall-{uuid.uuid4().hex[:6]}@localhost"
+    began = time.perf_counter()
+    with contextlib.ExitStack() as running:
+        port, _ = running.enter_context(web_server(env, "procfile"))
+        http = running.enter_context(
+            httpx.Client(
+                base_url=f"http://127.0.0.1:{port}", timeout=60,
+                headers={"Authorization": f"Bearer {env.org_key}"},
+            )
+        )  # fmt: skip
+        if args.reuse:
+            items = reuse(env, conversations)
+        else:
+            command, environment = worker_command(name), env.process_environment(LOG_LEVEL="INFO")
+            worker = running.enter_context(subprocess_running(command, environment))
+            wait_until(lambda: worker_answers(app, name), timeout_s=60, what=name, process=worker)
+            client = Client(f"http://127.0.0.1:{port}", env.org_key, http_client=http)
+            items = ingest(
+                env, client, conversations, batch=args.batch, names=args.speaker_names,
+                worker=worker,
+            )  # fmt: skip
+        ingest_s = time.perf_counter() - began
+        latencies: list[float] = []
+        api = ask_api(http, items, latencies)
+    print_report(env, items, api, latencies, args, host=host, ingest_s=ingest_s)
+    if variants:
+        print_variants(env, items, variants)
+    print(f"recall@5={api.at(5):.3f} recall@10={api.at(10):.3f} questions={api.questions}")
+
+
+def print_report(
+    env: BenchEnv, items: list[Ingested], api: Score, latencies: list[float], args: Any, *,
+    host: str, ingest_s: float,
+) -> None:  # fmt: skip
+    turns = sum(len(s) for i in items for s in i.conversation.sessions)
+    topics = count(env, "SELECT count(*) FROM topics WHERE last_message_id IS NOT NULL")
+    forks = count(env, "SELECT count(*) FROM evaluations WHERE outcome = 'fork'")
+    files = ", ".join(p.name for p in args.files)
+    print(
+        f"bench/recall_quality: {len(items)} conversations ({turns} turns, {api.questions}"
+        f" questions of categories 1-4) from {files}; machine: {host}"
+    )
+    done = "reused from the previous run" if args.reuse else f"{ingest_s:.0f} s with the summaries"
+    print(
+        f"  ingest: {turns} messages in {sum(len(i.conversation.sessions) for i in items)}"
+        f" sessions, {topics} topics ({forks} forks by drift), {done};"
+        f" speaker names in content: {'yes' if args.speaker_names else 'no'}"
+    )
+    print(f"  {'category':<26} {'questions':>9} {'recall@5':>9} {'recall@10':>10}")
+    for category, label in [*CATEGORIES.items(), (None, "all")]:
+        rows = api.questions if category is None else len(api.recalls[category])
+        print(
+            f"  {str(category or '') + ' ' + label:<26} {rows:>9} {api.at(5, category):>9.3f}"
+            f" {api.at(10, category):>10.3f}"
+        )
+    print(f"  search latency, as the client saw it: {describe(latencies)}")
+
+
+def print_variants(env: BenchEnv, items: list[Ingested], variants: list[Variant]) -> None:
+    header = "".join(f"{'R@10 c' + str(c):>9}" for c in CATEGORIES)
+    print(f"  {'variant':<16} {'spec':<38} {'R@5':>6} {'R@10':>6}{header}")
+    org_id = env.org_id()
+    for variant in variants:
+        if variant.name.startswith("bm25"):
+            spec, score = "Python, single turns", bm25(items, names=variant.names)
+            spec += ", names" if variant.names else ""
+        else:
+            spec = "PROPOSED (stored vectors)" if variant.name == "proposed" else variant.spec
+            score = ask_variant(env, org_id, variant, items)
+        per = "".join(f"{score.at(10, c):>9.3f}" for c in CATEGORIES)
+        print(f"  {variant.name:<16} {spec:<38} {score.at(5):>6.3f} {score.at(10):>6.3f}{per}")
+
+
+if __name__ == "__main__":
+    main()
