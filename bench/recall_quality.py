@@ -23,18 +23,25 @@ Metric: a question's recall@k is the share of its evidence turns (`evidence` dia
 among the messages of the top k results. The score is the mean over questions, as in the
 reference (BM25 over single turns, recall@5 = 0.469, recall@10 = 0.539 on the dev
 split). Category 5 (adversarial) and questions without evidence are left out. One dev
-evidence entry, "D8:6; D9:17", is read as two ids.
+evidence entry, "D8:6; D9:17", is read as two ids. Categories are labelled as LoCoMo's
+release numbers them: 1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop.
 
-Tuning: `--variant SPEC` (repeatable, or `--variant all` for the built-in grid) runs
-alternative scoring SQL directly against the bench database through SQLAlchemy, over
-the same ingested data. A SPEC is `name:key=value,...` with keys `cfg` (english|simple),
-`rank` (ts_rank_cd|ts_rank), `norm` (normalization flags), `tw` (topic weight), `nw`
-(neighbour weight), `n` (neighbours on each side), `match` (or|and_or|prefix), `names`
-(1: the speaker's name in front of each turn, on the fly). `base` is the shipped query;
-`bm25` is a BM25 over single turns in Python, the reference's method.
+Tuning (dev split only): `--variant SPEC`, repeatable, or `--variant all` for the grid
+below. Each variant runs its own scoring SQL directly on the bench database through
+SQLAlchemy, over the same ingested data, with the vectors made on the fly. A SPEC is
+`name:key=value,...`. The keys are `cfg` (english|simple), `rank` (ts_rank_cd|ts_rank),
+`norm` (the rank's normalization flags), `idf` (1: each query word ranked alone and
+weighted by its BM25 idf among the scope's messages), `tw` (the topic's share), `nw`
+(the neighbours' share), `n` (neighbours on each side), `match` (or|and_or|prefix) and
+`names` (1: the speaker's name before each turn, on the fly). A SPEC without keys, such
+as `base`, re-creates the shipped scoring; it scores as the API does. Three names are
+special. `proposed` is the recommended SQL (`PROPOSED`, on the stored vectors). `bm25`
+is BM25 over single turns in Python, stop-words out, the reference's method.
+`bm25_names` is the same with the speaker's name before each turn. `--reuse` asks again
+over what the previous run ingested (same files and flags) and skips the ingest.
 
     .venv/bin/python -m bench.recall_quality FILE... [--limit-conversations N]
-        [--speaker-names] [--batch 2] [--variant SPEC ...]
+        [--speaker-names] [--batch 2] [--variant SPEC ...] [--reuse]
 
 The last line is machine-readable: `recall@5=… recall@10=… questions=N` (the API's).
 """
@@ -109,7 +116,6 @@ class Question:
 
 @dataclass(frozen=True)
 class Conversation:
-    name: str
     speaker_a: str
     speaker_b: str
     sessions: list[list[Turn]]
@@ -122,7 +128,7 @@ class Conversation:
 def load(paths: Sequence[Path]) -> list[Conversation]:
     conversations = []
     for path in paths:
-        for number, raw in enumerate(json.loads(path.read_text())):
+        for raw in json.loads(path.read_text()):
             keys = sorted(
                 (int(m.group(1)), key)
                 for key in raw
@@ -134,9 +140,8 @@ def load(paths: Sequence[Path]) -> list[Conversation]:
                 for q in raw["qa"]
                 if q["category"] in CATEGORIES and _evidence(q.get("evidence", []))
             ]
-            name = f"{path.stem}#{number}"
             conversations.append(
-                Conversation(name, raw["speaker_a"], raw["speaker_b"], sessions, questions)
+                Conversation(raw["speaker_a"], raw["speaker_b"], sessions, questions)
             )
     return conversations
 
@@ -557,12 +562,19 @@ def _words(text_: str) -> list[str]:
     return [w for w in re.findall(r"[a-z0-9]+", text_.lower()) if w not in STOPWORDS]
 
 
+# `--variant all`: each knob alone on the shipped scoring, then on the idf scoring.
 GRID = [
     "bm25", "bm25_names:names=1", "base", "base_names:names=1",
     "tw0:tw=0", "tw0.1:tw=0.1", "tw1:tw=1", "nw0:nw=0", "nw0.1:nw=0.1", "nw0.6:nw=0.6",
     "n1:n=1", "n3:n=3", "norm0:norm=0", "norm2:norm=2", "ts_rank:rank=ts_rank",
     "ts_rank_norm0:rank=ts_rank,norm=0", "and_or:match=and_or", "prefix:match=prefix",
     "simple:cfg=simple", "idf:idf=1", "idf_names:idf=1,names=1",
+    "idf_tw0:idf=1,tw=0", "idf_tw0.1:idf=1,tw=0.1", "idf_tw0_nw0:idf=1,tw=0,nw=0",
+    "idf_tw0_nw0.6:idf=1,tw=0,nw=0.6", "idf_tw0_n1:idf=1,tw=0,n=1", "idf_tw0_n3:idf=1,tw=0,n=3",
+    "idf_tw0_norm0:idf=1,tw=0,norm=0", "idf_tw0_prefix:idf=1,tw=0,match=prefix",
+    "idf_tw0_and_or:idf=1,tw=0,match=and_or", "idf_tw0_simple:idf=1,tw=0,cfg=simple",
+    "idf_tw0_ts_rank0:idf=1,tw=0,rank=ts_rank,norm=0", "idf_tw0_names:idf=1,tw=0,names=1",
+    "idf_tw0_ts_rank0_names:idf=1,tw=0,rank=ts_rank,norm=0,names=1", "proposed",
 ]  # fmt: skip
 
 
@@ -649,7 +661,7 @@ def print_report(
 
 def print_variants(env: BenchEnv, items: list[Ingested], variants: list[Variant]) -> None:
     header = "".join(f"{'R@10 c' + str(c):>9}" for c in CATEGORIES)
-    print(f"  {'variant':<16} {'spec':<38} {'R@5':>6} {'R@10':>6}{header}")
+    print(f"  {'variant':<24} {'spec':<44} {'R@5':>6} {'R@10':>6}{header}")
     org_id = env.org_id()
     for variant in variants:
         if variant.name.startswith("bm25"):
@@ -659,7 +671,7 @@ def print_variants(env: BenchEnv, items: list[Ingested], variants: list[Variant]
             spec = "PROPOSED (stored vectors)" if variant.name == "proposed" else variant.spec
             score = ask_variant(env, org_id, variant, items)
         per = "".join(f"{score.at(10, c):>9.3f}" for c in CATEGORIES)
-        print(f"  {variant.name:<16} {spec:<38} {score.at(5):>6.3f} {score.at(10):>6.3f}{per}")
+        print(f"  {variant.name:<24} {spec:<44} {score.at(5):>6.3f} {score.at(10):>6.3f}{per}")
 
 
 if __name__ == "__main__":
