@@ -24,7 +24,8 @@ from pathlib import Path
 
 import psutil
 import redis
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.service import create_api_key, org_for_key
@@ -106,6 +107,25 @@ def bench_env(admin_url: str | None) -> BenchEnv:
     with UnitOfWork(factory, RecordingQueue()) as uow:
         key = create_api_key(uow=uow, org_name=f"bench-{uuid.uuid4().hex[:8]}")
         uow.commit()
+    return BenchEnv(database_url, redis_url, engine, factory, client, key, broker_url)
+
+
+def reused_bench_env() -> BenchEnv:
+    """The database and Redis a previous run left, as they are, and a new key of its org."""
+    database_url = (
+        make_url(services.admin_database_url())
+        .set(database=BENCH_DATABASE)
+        .render_as_string(hide_password=False)
+    )
+    engine = make_engine(database_url)
+    factory = make_session_factory(engine)
+    with UnitOfWork(factory, RecordingQueue()) as uow:
+        org = uow.session.scalars(text("SELECT name FROM orgs")).one()
+        key = create_api_key(uow=uow, org_name=org)
+        uow.commit()
+    redis_url = f"{services.redis_base_url()}/{BENCH_REDIS_DB}"
+    broker_url = f"{services.redis_base_url()}/{BENCH_BROKER_DB}"
+    client = redis.Redis.from_url(redis_url)
     return BenchEnv(database_url, redis_url, engine, factory, client, key, broker_url)
 
 

@@ -26,22 +26,15 @@ split). Category 5 (adversarial) and questions without evidence are left out. On
 evidence entry, "D8:6; D9:17", is read as two ids. Categories are labelled as LoCoMo's
 release numbers them: 1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop.
 
-Tuning (dev split only): `--variant SPEC`, repeatable, or `--variant all` for the grid
-below. Each variant runs its own scoring SQL directly on the bench database through
-SQLAlchemy, over the same ingested data, with the vectors made on the fly. A SPEC is
-`name:key=value,...`. The keys are `cfg` (english|simple), `rank` (ts_rank_cd|ts_rank),
-`norm` (the rank's normalization flags), `idf` (1: each query word ranked alone and
-weighted by its BM25 idf among the scope's messages), `tw` (the topic's share), `nw`
-(the neighbours' share), `n` (neighbours on each side), `match` (or|and_or|prefix) and
-`names` (1: the speaker's name before each turn, on the fly). A SPEC without keys, such
-as `base`, re-creates the shipped scoring; it scores as the API does. Three names are
-special. `proposed` is the recommended SQL (`PROPOSED`, on the stored vectors). `bm25`
-is BM25 over single turns in Python, stop-words out, the reference's method.
-`bm25_names` is the same with the speaker's name before each turn. `--reuse` asks again
-over what the previous run ingested (same files and flags) and skips the ingest.
+`--reference` also scores BM25 over single turns in Python (lower-cased words,
+stop-words out, no stemming: the reference's method) on the same turns, so a reader can
+check the metric against the reference's numbers. `--reuse` asks again over what the
+previous run ingested (same files and flags) and skips the ingest. The scoring variants
+that chose the shipped ranking (shared/search/ranking.py) are in this file's history
+(commit f42e881) and their results in docs/benchmarks.md.
 
     .venv/bin/python -m bench.recall_quality FILE... [--limit-conversations N]
-        [--speaker-names] [--batch 2] [--variant SPEC ...] [--reuse]
+        [--speaker-names] [--batch 2] [--reference] [--reuse]
 
 The last line is machine-readable: `recall@5=… recall@10=… questions=N` (the API's).
 """
@@ -57,19 +50,14 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-import redis
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
 from bench.common import (
-    BENCH_BROKER_DB,
-    BENCH_DATABASE,
-    BENCH_REDIS_DB,
     BIN,
     BenchEnv,
     Subprocess,
@@ -77,19 +65,15 @@ from bench.common import (
     bench_env,
     describe,
     machine,
+    reused_bench_env,
     subprocess_running,
     wait_until,
 )
 from bench.http_throughput import PROCFILE, web_server
 from bench.worker_pool import worker_answers
 from driftless_client import Client
-from shared.auth.service import create_api_key
 from shared.config import Settings
-from shared.db.engine import make_engine, make_session_factory
-from shared.db.uow import UnitOfWork
 from shared.llm.text import STOPWORDS
-from shared.queue import RecordingQueue
-from tests import services
 from worker.app import make_celery
 
 K = (5, 10)
@@ -279,25 +263,6 @@ def reuse(env: BenchEnv, conversations: Sequence[Conversation]) -> list[Ingested
     return ingested
 
 
-def reused_env() -> BenchEnv:
-    """The database and Redis a previous run left, as they are, and a new key of its org."""
-    database_url = (
-        make_url(services.admin_database_url())
-        .set(database=BENCH_DATABASE)
-        .render_as_string(hide_password=False)
-    )
-    engine = make_engine(database_url)
-    factory = make_session_factory(engine)
-    with UnitOfWork(factory, RecordingQueue()) as uow:
-        org = uow.session.scalars(text("SELECT name FROM orgs")).one()
-        key = create_api_key(uow=uow, org_name=org)
-        uow.commit()
-    redis_url = f"{services.redis_base_url()}/{BENCH_REDIS_DB}"
-    broker_url = f"{services.redis_base_url()}/{BENCH_BROKER_DB}"
-    client = redis.Redis.from_url(redis_url)
-    return BenchEnv(database_url, redis_url, engine, factory, client, key, broker_url)
-
-
 # --- scoring ---------------------------------------------------------------------------
 
 
@@ -345,193 +310,6 @@ def ask_api(http: httpx.Client, ingested: Sequence[Ingested], latencies_ms: list
 # --- variants of the scoring, run directly on the bench database -----------------------
 
 
-@dataclass(frozen=True)
-class Variant:
-    name: str
-    cfg: str = "english"
-    rank: str = "ts_rank_cd"  # or ts_rank
-    norm: int = 1  # the rank function's normalization flags
-    idf: bool = False  # rank each query word alone, weighted by its BM25 idf in the scope
-    tw: float = 0.3  # topic weight
-    nw: float = 0.3  # neighbour weight
-    n: int = 2  # neighbours on each side
-    match: str = "or"  # or | and_or (turns with every word first) | prefix
-    names: bool = False  # "<speaker>: " in front of each turn, on the fly
-    reranked: int = 200
-
-    @classmethod
-    def parse(cls, spec: str) -> Variant:
-        name, _, fields = spec.partition(":")
-        variant = cls(name)
-        for field in filter(None, fields.split(",")):
-            key, _, value = field.partition("=")
-            kind = type(getattr(variant, key))
-            parsed = value in ("1", "true") if kind is bool else kind(value)
-            variant = replace(variant, **{key: parsed})  # type: ignore[arg-type]
-        if (
-            variant.cfg not in ("english", "simple")
-            or variant.rank not in ("ts_rank_cd", "ts_rank")
-            or variant.match not in ("or", "and_or", "prefix")
-        ):
-            raise SystemExit(f"bad variant {spec!r}")
-        return variant
-
-    @property
-    def spec(self) -> str:
-        default = Variant(self.name)
-        changed = [
-            f"{key}={getattr(self, key)}"
-            for key in ("cfg", "rank", "norm", "idf", "tw", "nw", "n", "match", "names")
-            if getattr(self, key) != getattr(default, key)
-        ]
-        return ",".join(changed) or "as shipped"
-
-    def sql(self) -> str:
-        """The shipped query's scoring with this variant's changes, vectors made on the fly."""
-        cfg = f"'{self.cfg}'::regconfig"
-        star = ":*" if self.match == "prefix" else ""
-        any_word = f"replace(CAST(plainto_tsquery({cfg}, :q) AS text), ' & ', ' | ')"
-        if star:
-            any_word = rf"regexp_replace({any_word}, '''([^'']*)''', '''\1'':*', 'g')"
-        name = "CASE WHEN m.role = 'user' THEN :speaker_a ELSE :speaker_b END || ': ' || "
-        content = (name if self.names else "") + "m.content"
-
-        def rank(vector: str) -> str:
-            if not self.idf:
-                return f"{self.rank}({vector}, query.q, {self.norm})"
-            return (
-                f"(SELECT coalesce(sum(w.idf * {self.rank}({vector}, w.q, {self.norm})), 0)"
-                " FROM weighted w)"
-            )
-
-        bucket = "(h.v @@ query.qa) DESC," if self.match == "and_or" else ""
-        return f"""
-        WITH query AS (SELECT CAST({any_word} AS tsquery) AS q,
-                              plainto_tsquery({cfg}, :q) AS qa),
-        scope AS (SELECT id FROM sessions
-                   WHERE org_id = :org AND agent_id = :agent AND user_id = :user),
-        docs AS MATERIALIZED (
-            SELECT m.id, m.session_id, m.topic_id, to_tsvector({cfg}, {content}) AS v,
-                   row_number() OVER (PARTITION BY m.session_id ORDER BY m.id) AS pos
-              FROM messages m WHERE m.session_id IN (SELECT id FROM scope) AND m.role <> 'tool'
-        ),
-        terms AS (
-            SELECT DISTINCT CAST(quote_literal(lexeme) || '{star}' AS tsquery) AS q
-              FROM unnest(tsvector_to_array(to_tsvector({cfg}, :q))) AS lexeme
-        ),
-        weighted AS MATERIALIZED (
-            SELECT terms.q, ln(1 + (total.n - df.n + 0.5) / (df.n + 0.5)) AS idf
-              FROM terms
-             CROSS JOIN (SELECT count(*) AS n FROM docs) AS total
-             CROSS JOIN LATERAL (SELECT count(*) AS n FROM docs WHERE docs.v @@ terms.q) AS df
-        ),
-        tops AS (
-            SELECT t.id, setweight(to_tsvector({cfg}, coalesce(t.title, '')), 'A')
-                         || setweight(to_tsvector({cfg}, coalesce(t.summary, '')), 'B') AS v
-              FROM topics t WHERE t.session_id IN (SELECT id FROM scope)
-        ),
-        ranked AS (
-            SELECT d.id, d.session_id, d.pos, d.v, d.v @@ query.q AS hit, {rank("d.v")} AS own,
-                   {rank("tp.v")} AS topic_rank
-              FROM docs d JOIN tops tp ON tp.id = d.topic_id CROSS JOIN query
-        ),
-        around AS (
-            SELECT ranked.*, own + {self.tw} * topic_rank AS base,
-                   sum(own) OVER (PARTITION BY session_id ORDER BY pos
-                                  ROWS BETWEEN {self.n} PRECEDING AND {self.n} FOLLOWING)
-                   - own AS near
-              FROM ranked
-        ),
-        hits AS (SELECT * FROM around WHERE hit ORDER BY base DESC LIMIT {self.reranked})
-        SELECT h.id FROM hits h CROSS JOIN query
-         ORDER BY {bucket} h.base + {self.nw} * h.near DESC, h.id DESC
-         LIMIT :limit
-        """
-
-
-# The scoring this bench recommends for shared/search/service.py's _MESSAGES, on the
-# stored vectors and their index: each query word ranked alone (ts_rank, no length
-# normalization) and weighted by its BM25 idf among the scope's messages; no share of
-# the topic's rank; the neighbours as shipped. `bench.search_speed` times it too.
-PROPOSED = """
-    WITH query AS (
-        SELECT CAST(replace(CAST(plainto_tsquery('english', :q) AS text), ' & ', ' | ')
-                    AS tsquery) AS q
-    ),
-    scope AS (
-        SELECT id FROM sessions WHERE org_id = :org AND agent_id = :agent AND user_id = :user
-    ),
-    words AS (
-        SELECT DISTINCT CAST(quote_literal(lexeme) AS tsquery) AS q
-          FROM unnest(tsvector_to_array(to_tsvector('english', :q))) AS lexeme
-    ),
-    matches AS MATERIALIZED (
-        SELECT m.id, m.session_id, m.topic_id, m.content, m.created_at, m.search_vector,
-               t.title, t.keep_in_memory, t.deprecated
-          FROM messages m
-          JOIN topics t ON t.id = m.topic_id
-         CROSS JOIN query
-         WHERE m.session_id IN (SELECT id FROM scope)
-           AND m.search_vector @@ query.q
-           AND m.role <> 'tool'
-           AND (:deprecated OR NOT t.deprecated)
-    ),
-    weighted AS MATERIALIZED (
-        SELECT words.q, ln(1 + (greatest(total.n - df.n, 0) + 0.5) / (df.n + 0.5)) AS idf
-          FROM words
-         CROSS JOIN (SELECT coalesce(sum(message_count), 0) AS n FROM topics
-                      WHERE session_id IN (SELECT id FROM scope)) AS total
-         CROSS JOIN LATERAL (SELECT count(*) AS n FROM matches
-                              WHERE matches.search_vector @@ words.q) AS df
-    ),
-    hits AS (
-        SELECT matches.*,
-               (SELECT sum(w.idf * ts_rank(matches.search_vector, w.q, 0)) FROM weighted w)
-               AS base
-          FROM matches
-         ORDER BY base DESC
-         LIMIT 200
-    ),
-    scored AS (
-        SELECT hits.*, hits.base + 0.3 * coalesce(around.rank, 0) AS score
-          FROM hits
-          LEFT JOIN LATERAL (
-              SELECT sum(w.idf * ts_rank(n.search_vector, w.q, 0)) AS rank
-                FROM ((SELECT search_vector FROM messages
-                        WHERE session_id = hits.session_id AND id < hits.id AND role <> 'tool'
-                        ORDER BY id DESC LIMIT 2)
-                      UNION ALL
-                      (SELECT search_vector FROM messages
-                        WHERE session_id = hits.session_id AND id > hits.id AND role <> 'tool'
-                        ORDER BY id LIMIT 2)) AS n
-               CROSS JOIN weighted w
-          ) AS around ON true
-         ORDER BY score DESC, hits.id DESC
-         LIMIT :limit
-    )
-    -- The shipped query's last SELECT (snippets, topic fields) follows unchanged.
-    SELECT scored.id AS message_id, scored.score FROM scored
-     ORDER BY scored.score DESC, scored.id DESC
-"""
-
-
-def ask_variant(env: BenchEnv, org_id: uuid.UUID, variant: Variant, items: list[Ingested]) -> Score:
-    score = Score.empty()
-    statement = text(PROPOSED if variant.name == "proposed" else variant.sql())
-    with env.engine.connect() as connection:
-        for item in items:
-            c = item.conversation
-            for question in c.questions:
-                params = {
-                    "q": question.text, "org": org_id, "agent": AGENT, "user": item.user_id,
-                    "limit": max(K), "speaker_a": c.speaker_a, "speaker_b": c.speaker_b,
-                    "deprecated": False,
-                }  # fmt: skip
-                ids = connection.execute(statement, params).scalars().all()
-                score.add(question, [item.dia_of[i] for i in ids])
-    return score
-
-
 def bm25(items: list[Ingested], *, names: bool, k1: float = 1.2, b: float = 0.75) -> Score:
     """The reference's method: BM25 over single turns (lower-cased words, stop-words out,
     no stemming)."""
@@ -562,22 +340,6 @@ def _words(text_: str) -> list[str]:
     return [w for w in re.findall(r"[a-z0-9]+", text_.lower()) if w not in STOPWORDS]
 
 
-# `--variant all`: each knob alone on the shipped scoring, then on the idf scoring.
-GRID = [
-    "bm25", "bm25_names:names=1", "base", "base_names:names=1",
-    "tw0:tw=0", "tw0.1:tw=0.1", "tw1:tw=1", "nw0:nw=0", "nw0.1:nw=0.1", "nw0.6:nw=0.6",
-    "n1:n=1", "n3:n=3", "norm0:norm=0", "norm2:norm=2", "ts_rank:rank=ts_rank",
-    "ts_rank_norm0:rank=ts_rank,norm=0", "and_or:match=and_or", "prefix:match=prefix",
-    "simple:cfg=simple", "idf:idf=1", "idf_names:idf=1,names=1",
-    "idf_tw0:idf=1,tw=0", "idf_tw0.1:idf=1,tw=0.1", "idf_tw0_nw0:idf=1,tw=0,nw=0",
-    "idf_tw0_nw0.6:idf=1,tw=0,nw=0.6", "idf_tw0_n1:idf=1,tw=0,n=1", "idf_tw0_n3:idf=1,tw=0,n=3",
-    "idf_tw0_norm0:idf=1,tw=0,norm=0", "idf_tw0_prefix:idf=1,tw=0,match=prefix",
-    "idf_tw0_and_or:idf=1,tw=0,match=and_or", "idf_tw0_simple:idf=1,tw=0,cfg=simple",
-    "idf_tw0_ts_rank0:idf=1,tw=0,rank=ts_rank,norm=0", "idf_tw0_names:idf=1,tw=0,names=1",
-    "idf_tw0_ts_rank0_names:idf=1,tw=0,rank=ts_rank,norm=0,names=1", "proposed",
-]  # fmt: skip
-
-
 # --- the run ---------------------------------------------------------------------------
 
 
@@ -587,17 +349,18 @@ def main() -> None:
     parser.add_argument("--limit-conversations", type=int, default=None)
     parser.add_argument("--batch", type=int, default=2, help="turns per message post")
     parser.add_argument("--speaker-names", action="store_true", help="store '<speaker>: <text>'")
-    parser.add_argument("--variant", action="append", default=[], help="SPEC, or 'all'")
+    parser.add_argument(
+        "--reference", action="store_true",
+        help="also score BM25 over single turns (the reference's method) on the same data",
+    )  # fmt: skip
     parser.add_argument(
         "--reuse", action="store_true",
         help="ask again over what the previous run (same files and flags) ingested",
     )  # fmt: skip
     args = parser.parse_args()
     conversations = load(args.files)[: args.limit_conversations]
-    specs = [s for v in args.variant for s in (GRID if v == "all" else [v])]
-    variants = [Variant.parse(spec) for spec in specs]
     host = machine()
-    env = reused_env() if args.reuse else bench_env(args.admin_database_url)
+    env = reused_bench_env() if args.reuse else bench_env(args.admin_database_url)
     app = make_celery(
         Settings(database_url=env.database_url, redis_url=env.redis_url, broker_url=env.broker_url)
     )
@@ -626,8 +389,8 @@ def main() -> None:
         latencies: list[float] = []
         api = ask_api(http, items, latencies)
     print_report(env, items, api, latencies, args, host=host, ingest_s=ingest_s)
-    if variants:
-        print_variants(env, items, variants)
+    if args.reference:
+        print_reference(items, names=args.speaker_names)
     print(f"recall@5={api.at(5):.3f} recall@10={api.at(10):.3f} questions={api.questions}")
 
 
@@ -659,19 +422,14 @@ def print_report(
     print(f"  search latency, as the client saw it: {describe(latencies)}")
 
 
-def print_variants(env: BenchEnv, items: list[Ingested], variants: list[Variant]) -> None:
-    header = "".join(f"{'R@10 c' + str(c):>9}" for c in CATEGORIES)
-    print(f"  {'variant':<24} {'spec':<44} {'R@5':>6} {'R@10':>6}{header}")
-    org_id = env.org_id()
-    for variant in variants:
-        if variant.name.startswith("bm25"):
-            spec, score = "Python, single turns", bm25(items, names=variant.names)
-            spec += ", names" if variant.names else ""
-        else:
-            spec = "PROPOSED (stored vectors)" if variant.name == "proposed" else variant.spec
-            score = ask_variant(env, org_id, variant, items)
-        per = "".join(f"{score.at(10, c):>9.3f}" for c in CATEGORIES)
-        print(f"  {variant.name:<24} {spec:<44} {score.at(5):>6.3f} {score.at(10):>6.3f}{per}")
+def print_reference(items: list[Ingested], *, names: bool) -> None:
+    """BM25 over single turns, in Python: the reference's method, to check the metric."""
+    score = bm25(items, names=names)
+    per = "  ".join(f"c{c} {score.at(10, c):.3f}" for c in CATEGORIES)
+    print(
+        f"  BM25 reference, single turns: recall@5 {score.at(5):.3f}"
+        f" recall@10 {score.at(10):.3f} (recall@10 by category: {per})"
+    )
 
 
 if __name__ == "__main__":

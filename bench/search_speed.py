@@ -23,8 +23,7 @@ the search vectors cost the message post.
    content words: common (the 200 most frequent), mixed (one common, one mid, one
    rare), and rare. The default call is timed (topics and messages, limit 10), and so is
    `kind=message`. Server-side timing is the service function in this process, on the
-   same queries. The SQL proposed by bench/recall_quality.py (`PROPOSED`) is timed the
-   same way. `--explain` prints EXPLAIN (ANALYZE, BUFFERS) of one mixed query's message
+   same queries. `--explain` prints EXPLAIN (ANALYZE, BUFFERS) of one mixed query's message
    statement to stderr.
 
     .venv/bin/python -m bench.search_speed [--messages 100000] [--searches 1000] [--explain]
@@ -50,9 +49,16 @@ import httpx
 from sqlalchemy import Table, event, text
 
 from bench.batch_import import post_batch
-from bench.common import BenchEnv, Subprocess, arguments, bench_env, machine, percentile
+from bench.common import (
+    BenchEnv,
+    Subprocess,
+    arguments,
+    bench_env,
+    machine,
+    percentile,
+    reused_bench_env,
+)
 from bench.http_throughput import make_sessions, post_message, run_phase, web_server
-from bench.recall_quality import PROPOSED
 from driftless_client import Client
 from shared.llm.text import STOPWORDS
 from shared.memory.scope import Scope
@@ -297,22 +303,6 @@ def service_latencies(env: BenchEnv, scope: Scope, asked: list[Query]) -> list[f
     return latencies
 
 
-def proposed_latencies(env: BenchEnv, scope: Scope, asked: list[Query]) -> list[float]:
-    latencies = []
-    statement = text(PROPOSED)
-    with env.engine.connect() as connection:
-        for query in asked:
-            params = {
-                "q": query.q, "org": scope.org_id, "agent": scope.agent_id, "user": scope.user_id,
-                "limit": 10, "deprecated": False,
-            }  # fmt: skip
-            began = time.perf_counter()
-            connection.execute(statement, params).all()
-            latencies.append((time.perf_counter() - began) * 1000)
-            connection.rollback()
-    return latencies
-
-
 @contextlib.contextmanager
 def statements_of(env: BenchEnv) -> Iterator[list[tuple[str, Any]]]:
     """The statements (and their parameters) the engine sends meanwhile."""
@@ -363,45 +353,50 @@ def main() -> None:
     parser.add_argument("--singles", type=int, default=2000, help="one-message posts per phase")
     parser.add_argument("--rounds", type=int, default=3, help="of the three schemas in turn")
     parser.add_argument("--explain", action="store_true", help="EXPLAIN one query to stderr")
+    parser.add_argument(
+        "--reuse", action="store_true",
+        help="search again over the scopes the previous run built; no ingest timing",
+    )  # fmt: skip
     args = parser.parse_args()
     host = machine()
-    env = bench_env(args.admin_database_url)
+    env = reused_bench_env() if args.reuse else bench_env(args.admin_database_url)
     vocabulary = Vocabulary(seed=2025)
     scope = Scope(org_id=env.org_id(), agent_id=AGENT, user_id="main")
     asked = queries(vocabulary, args.searches + args.warmup)
     warmup, timed = asked[: args.warmup], asked[args.warmup :]
     with web_server(env, "procfile") as (port, server):
-        ingest = ingest_rates(env, server, port, args)
-        began = time.perf_counter()
-        build_scope(port, env.org_key, vocabulary, "main", args.messages, args.clients)
-        for number in range(2):
-            build_scope(
-                port, env.org_key, vocabulary, f"other-{number}", args.other_messages, args.clients
-            )
-        settle(env)
-        built_s = time.perf_counter() - began
+        ingest, built_s = None, 0.0
+        if not args.reuse:
+            ingest = ingest_rates(env, server, port, args)
+            began = time.perf_counter()
+            build_scope(port, env.org_key, vocabulary, "main", args.messages, args.clients)
+            for number in range(2):
+                build_scope(
+                    port, env.org_key, vocabulary, f"other-{number}", args.other_messages,
+                    args.clients,
+                )  # fmt: skip
+            settle(env)
+            built_s = time.perf_counter() - began
         http_latencies(port, env.org_key, "main", warmup)
         both = http_latencies(port, env.org_key, "main", timed)
         messages_only = http_latencies(port, env.org_key, "main", timed, kind="message")
     service = service_latencies(env, scope, timed)
-    proposed = proposed_latencies(env, scope, timed)
     if args.explain:
         print(explain(env, scope, next(q for q in timed if q.kind == "mixed")), file=sys.stderr)
     report(env, args, host=host, built_s=built_s, ingest=ingest, timed=timed,
-           both=both, messages_only=messages_only, service=service, proposed=proposed)  # fmt: skip
+           both=both, messages_only=messages_only, service=service)  # fmt: skip
 
 
 def report(
-    env: BenchEnv, args: Any, *, host: str, built_s: float, ingest: Ingest,
-    timed: list[Query], both: list[float], messages_only: list[float],
-    service: list[float], proposed: list[float],
+    env: BenchEnv, args: Any, *, host: str, built_s: float, ingest: Ingest | None,
+    timed: list[Query], both: list[float], messages_only: list[float], service: list[float],
 ) -> None:  # fmt: skip
     with env.engine.connect() as connection:
         total = connection.execute(text("SELECT count(*) FROM messages")).scalar_one()
-    ratio = ingest.ratio("batch")
+    built = f"built in {built_s:.0f} s" if ingest else "reused from the previous run"
     print(
         f"bench/search_speed: a scope of {args.messages:,} messages beside 2 of"
-        f" {args.other_messages:,} ({total:,} messages in the database, built in {built_s:.0f} s);"
+        f" {args.other_messages:,} ({total:,} messages in the database, {built});"
         f" {len(timed)} searches, one keep-alive client; machine: {host}"
     )
     print(f"  {'search, ms':<46} {'p50':>8} {'p95':>8} {'p99':>8} {'mean':>8} {'n':>6}")
@@ -411,7 +406,16 @@ def report(
         print(summary(f"  of which {kind} words", picked))
     print(summary("HTTP, kind=message", messages_only))
     print(summary("service function, kind=message (no HTTP)", service))
-    print(summary("PROPOSED message SQL (bench/recall_quality.py)", proposed))
+    if ingest is not None:
+        print_ingest(ingest, args)
+    ratio = f"{ingest.ratio('batch'):.3f}" if ingest else "not-measured"
+    print(
+        f"p50_ms={percentile(both, 0.5):.2f} p95_ms={percentile(both, 0.95):.2f}"
+        f" ingest_ratio={ratio}"
+    )
+
+
+def print_ingest(ingest: Ingest, args: Any) -> None:
     print(f"  {'ingest, messages/s (median of ' + str(args.rounds) + ')':<46}", end="")
     print(f" {'batches of ' + str(args.batch):>18} {'one a post':>12}")
     for schema in SCHEMAS:
@@ -422,10 +426,6 @@ def report(
     print(
         f"  {'ratio with ÷ without (neither)':<46} {ingest.ratio('batch'):>18.3f}"
         f" {ingest.ratio('single'):>12.3f}"
-    )
-    print(
-        f"p50_ms={percentile(both, 0.5):.2f} p95_ms={percentile(both, 0.95):.2f}"
-        f" ingest_ratio={ratio:.3f}"
     )
 
 

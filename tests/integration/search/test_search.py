@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
-from sqlalchemy import update
+from sqlalchemy import text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.db.uow import UnitOfWork
 from shared.queue import RecordingQueue
 from shared.retention.service import purge_session
+from shared.search import ranking
 from shared.topics.models import Topic
 from tests.helpers import new_session, post_message
 
@@ -120,6 +121,68 @@ def test_the_turns_around_a_message_lift_it_above_the_same_words_said_in_passing
 
     assert [h["sessionId"] for h in said] == [in_context["id"], in_passing["id"]]
     assert said[0]["score"] > said[1]["score"]
+
+
+def test_a_rare_word_of_the_query_outweighs_a_word_said_all_the_time(
+    client: FlaskClient, auth: dict[str, str]
+) -> None:
+    # Said first, so a ranking that weighed both words alike would put it last of the
+    # one-word matches (ties go to the latest).
+    lisbon = talk(client, auth, "We flew to Lisbon on Friday.")
+    for _ in range(5):
+        talk(client, auth, "Coffee with the team this morning.")
+
+    first, *rest = search(client, auth, "coffee in Lisbon", kind="message")
+
+    assert first["sessionId"] == lisbon["id"]
+    assert len(rest) == 5 and first["score"] > 2 * rest[0]["score"]
+
+
+def test_a_topic_title_and_a_message_with_the_same_word_rank_on_one_scale(
+    client: FlaskClient, auth: dict[str, str], session_factory: sessionmaker[Session]
+) -> None:
+    titled = talk(client, auth, "Let us talk about it.", "Sure.")
+    said = talk(client, auth, "The kayak is in the garage.")
+    with session_factory() as db:
+        db.execute(update(Topic).where(Topic.id == titled["activeTopicId"]).values(title="Kayak"))
+        db.commit()
+
+    hits = search(client, auth, "kayak")
+
+    assert {(h["kind"], h["sessionId"]) for h in hits} == {
+        ("topic", titled["id"]),
+        ("message", said["id"]),
+    }
+    # A title is not worth ten messages (its label weighs as a message's text does).
+    topic, message = sorted(hits, key=lambda h: h["kind"], reverse=True)
+    assert topic["score"] < 2 * message["score"] and message["score"] < 2 * topic["score"]
+
+
+def test_in_a_large_scope_common_words_only_add_to_the_scores_of_rarer_words_matches(
+    client: FlaskClient,
+    auth: dict[str, str],
+    session_factory: sessionmaker[Session],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The statistics decide what is common: here, a word in more than 13 of the scope's
+    # messages.
+    monkeypatch.setattr(ranking, "COMMON_MATCHES", 13)
+    talk(client, auth, *["Coffee again, as every day."] * 10)
+    talk(client, auth, *["Trip plans and coffee."] * 14)
+    both = talk(client, auth, "Coffee in Lisbon was the best.")
+    lisbon = talk(client, auth, "Lisbon trip: the tickets are booked.")
+    with session_factory() as db:  # coffee is in 25 of 26 messages, trip in 15
+        db.execute(text("ANALYZE messages"))
+        db.commit()
+
+    found = search(client, auth, "coffee Lisbon", kind="message", limit="50")
+    only_common = search(client, auth, "coffee trip", kind="message", limit="50")
+
+    # Only the rare word's matches are candidates, and the common word lifts the one
+    # that has both.
+    assert [h["sessionId"] for h in found] == [both["id"], lisbon["id"]]
+    # When every word is common, the rarest finds the candidates.
+    assert len(only_common) == 15 and all("rip" in h["snippet"] for h in only_common)
 
 
 def test_erasing_the_user_takes_their_words_out_of_search(
