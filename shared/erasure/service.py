@@ -1,7 +1,7 @@
 """One call removes an org + agent + user: sessions, topics, messages, notes, forks,
 evaluations and curation audit rows (all cascade from the sessions), durable facts, the
-webhook events about them, and
-afterwards the Redis state keyed by them. Audit rows go too: they hold titles and who
+webhook events about them, the re-evaluation campaigns narrowed to them, and afterwards
+the Redis state keyed by them. Audit rows go too: they hold titles and who
 decided what about this user's conversations, which is the user's data.
 
 `erase_user_everywhere` is that one call, for the HTTP API and the CLI alike."""
@@ -28,6 +28,7 @@ from shared.memory.scope import Scope
 from shared.memory.versions import MemoryVersion
 from shared.notes.models import NotesDocument
 from shared.reconcile.claims import forget_claims
+from shared.reevaluations.models import ReevaluationCampaign as Campaign
 from shared.sessions.models import ChatSession, Message
 from shared.topics.models import Fork, Topic
 from shared.triggers.debounce import forget_topic
@@ -106,6 +107,15 @@ def erase_user(*, uow: UnitOfWork, scope: Scope) -> Erased:
             WebhookEvent.org_id == scope.org_id,
             WebhookEvent.agent_id == scope.agent_id,
             WebhookEvent.user_id == scope.user_id,
+        )
+    )
+    # A re-evaluation campaign narrowed to this agent + user names them: it goes, its
+    # items with it (a job still running for one of them then settles nothing).
+    uow.session.execute(
+        delete(Campaign).where(
+            Campaign.org_id == scope.org_id,
+            Campaign.agent_id == scope.agent_id,
+            Campaign.user_id == scope.user_id,
         )
     )
     # Topics, messages, notes, forks, evaluations and audit rows cascade from the sessions.

@@ -83,6 +83,28 @@ def test_erasing_a_user_removes_their_rows_and_redis_state_and_nothing_else(
     assert again["erased"]["sessions"] == 0  # type: ignore[index]
 
 
+def test_erasure_removes_the_reevaluation_campaigns_narrowed_to_the_user(
+    client: FlaskClient, auth: dict[str, str]
+) -> None:
+    _fill(client, auth, "ada"), _fill(client, auth, "bob")
+    for user in ("ada", "bob"):
+        answer = client.post(
+            "/agents-api/reevaluations", json={"agentId": "planner", "userId": user}, headers=auth
+        )
+        assert answer.status_code == 202, answer.json
+    everyone = client.post("/agents-api/reevaluations", json={"agentId": "planner"}, headers=auth)
+
+    client.delete("/agents-api/agents/planner/users/ada", headers=auth)
+
+    listed: Any = client.get("/agents-api/reevaluations", headers=auth).json
+    # The campaign's filter named ada; the agent-wide one names no user and stays.
+    assert [(c["agentId"], c["userId"]) for c in listed["reevaluations"]] == [
+        ("planner", None),
+        ("planner", "bob"),
+    ]
+    assert listed["reevaluations"][0]["id"] == everyone.json["id"]  # type: ignore[index]
+
+
 def _keys_naming(client: redis.Redis, scope: Scope, ids: list[str]) -> list[bytes]:
     needles = [scope.cache_tag, scope.agent_id + ":" + scope.user_id, *ids]
     return [key for key in client.scan_iter(count=1000) if any(n.encode() in key for n in needles)]

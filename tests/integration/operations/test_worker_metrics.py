@@ -181,7 +181,8 @@ def test_the_worker_serves_task_lag_and_llm_metrics_of_all_its_processes(
 
         return probe
 
-    after = wait_for(moved("driftless_jobs_succeeded_total", task), what="the summary job")
+    # task_postrun (the duration) comes after task_success (the count): wait for the last.
+    after = wait_for(moved("driftless_task_seconds_count", task), what="the summary job")
     assert (
         value(after, "driftless_jobs_succeeded_total", **task)
         - value(before, "driftless_jobs_succeeded_total", **task)
@@ -197,7 +198,7 @@ def test_the_worker_serves_task_lag_and_llm_metrics_of_all_its_processes(
     countdown = 3.0
     CeleryJobQueue(probe_app).send(Job(job.task, job.kwargs, countdown=countdown))
     before = after
-    after = wait_for(moved("driftless_jobs_succeeded_total", task), what="the delayed job")
+    after = wait_for(moved("driftless_task_seconds_count", task), what="the delayed job")
     assert value(after, "driftless_queue_lag_seconds_count", **lag) == 2
     delayed_lag = value(after, "driftless_queue_lag_seconds_sum", **lag) - value(
         before, "driftless_queue_lag_seconds_sum", **lag
