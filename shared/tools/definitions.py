@@ -86,7 +86,15 @@ RECALL = {
         "parameters": {
             "type": "object",
             "properties": {
-                "query": {"type": "string", "description": "Words to look for."},
+                "query": {
+                    "type": "string",
+                    # The ranking weighs each word by its rarity: steer the model to the
+                    # distinctive ones (shared/search/ranking.py).
+                    "description": (
+                        "The distinctive words to look for: names, places, things, as the "
+                        "user would have said them. Any order; no operators."
+                    ),
+                },
                 "limit": {
                     "type": "integer",
                     "minimum": 1,
