@@ -10,14 +10,15 @@ bench/recall_quality.py (docs/benchmarks.md):
   the scope's messages, `ln(1 + (N - df + 0.5) / (df + 0.5))`, and a text's score is the
   sum over the words of weight × `ts_rank` of that word alone. A name said in every turn
   counts for little, the one rare word of a question for much. (A plain `ts_rank_cd`
-  of the OR-ed query weighs every word alike: recall@10 0.308 against 0.677.)
+  of the OR-ed query weighs every word alike: recall@10 0.308 against 0.680.)
 - **Context.** A message's score adds NEIGHBOUR_WEIGHT × the scores of the NEIGHBOURS
   turns on each side of it in its session: a question's words are often spread over a
   question and its answer. Only the best RERANKED messages by their own score get this
   (two index probes each).
 - **The topic a message belongs to** is ranked beside it, not into it: adding a share of
   the topic's score to each of its messages lifted every turn of a matching topic alike
-  and halved recall (0.471 against 0.677 at recall@10 on LoCoMo's dev split). A topic
+  and cost recall (with idf weights, a share of 0.3 gave recall@10 0.538 on LoCoMo's dev
+  split, none 0.648, both with ts_rank_cd). A topic
   is a hit of its own, its title weighing as much as a message's text and its summary
   half that, with the same word weights, so the mixed list is one scale.
 - **Common words do not find candidates** in a large scope. A word that the planner's
