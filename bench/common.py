@@ -90,11 +90,13 @@ def arguments(description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def bench_env(admin_url: str | None) -> BenchEnv:
-    import os
-
+def _use_admin_url(admin_url: str | None) -> None:
     if admin_url:
         os.environ["TEST_DATABASE_URL"] = admin_url
+
+
+def bench_env(admin_url: str | None) -> BenchEnv:
+    _use_admin_url(admin_url)
     database_url = services.recreate_database(services.admin_database_url(), BENCH_DATABASE)
     upgrade(database_url)
     redis_url = f"{services.redis_base_url()}/{BENCH_REDIS_DB}"
@@ -110,8 +112,9 @@ def bench_env(admin_url: str | None) -> BenchEnv:
     return BenchEnv(database_url, redis_url, engine, factory, client, key, broker_url)
 
 
-def reused_bench_env() -> BenchEnv:
+def reused_bench_env(admin_url: str | None) -> BenchEnv:
     """The database and Redis a previous run left, as they are, and a new key of its org."""
+    _use_admin_url(admin_url)
     database_url = (
         make_url(services.admin_database_url())
         .set(database=BENCH_DATABASE)

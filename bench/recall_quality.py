@@ -360,7 +360,7 @@ def main() -> None:
     args = parser.parse_args()
     conversations = load(args.files)[: args.limit_conversations]
     host = machine()
-    env = reused_bench_env() if args.reuse else bench_env(args.admin_database_url)
+    env = (reused_bench_env if args.reuse else bench_env)(args.admin_database_url)
     app = make_celery(
         Settings(database_url=env.database_url, redis_url=env.redis_url, broker_url=env.broker_url)
     )

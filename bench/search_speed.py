@@ -359,7 +359,7 @@ def main() -> None:
     )  # fmt: skip
     args = parser.parse_args()
     host = machine()
-    env = reused_bench_env() if args.reuse else bench_env(args.admin_database_url)
+    env = (reused_bench_env if args.reuse else bench_env)(args.admin_database_url)
     vocabulary = Vocabulary(seed=2025)
     scope = Scope(org_id=env.org_id(), agent_id=AGENT, user_id="main")
     asked = queries(vocabulary, args.searches + args.warmup)
