@@ -21,6 +21,7 @@ from web.errors import install_error_handlers, validation_error_response
 from web.jobs import make_job_queue
 from web.logcontext import install_log_context
 from web.metrics import install_metrics
+from web.paths import KeepEncodedSlashes, SegmentConverter
 from web.security_headers import install_security_headers
 from web.views import (
     agents,
@@ -85,6 +86,9 @@ def create_app(
         doc_ui=False,
         validation_error_callback=validation_error_response,
     )
+    # Before any route: an id holding `/` is one segment (web/paths.py).
+    app.url_map.converters["default"] = app.url_map.converters["string"] = SegmentConverter
+    app.wsgi_app = KeepEncodedSlashes(app.wsgi_app)  # type: ignore[method-assign]
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
 
