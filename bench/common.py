@@ -29,10 +29,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.service import create_api_key, org_for_key
-from shared.db.engine import make_engine, make_session_factory
-from shared.db.migrate import upgrade
-from shared.db.uow import UnitOfWork
-from shared.queue import RecordingQueue
+from shared.infra.db.engine import make_engine, make_session_factory
+from shared.infra.db.migrate import upgrade
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from tests import services
 
 BENCH_DATABASE = os.environ.get("DRIFTLESS_BENCH_DATABASE", "driftless_bench")

@@ -92,8 +92,8 @@ def service_call(env: BenchEnv, org_id: uuid.UUID) -> Callable[[uuid.UUID], None
 
 
 def http_call(env: BenchEnv) -> Callable[[uuid.UUID], None]:
-    from shared.config import Settings
-    from shared.queue import RecordingQueue
+    from shared.infra.config import Settings
+    from shared.infra.queue import RecordingQueue
     from web.app import create_app
 
     settings = Settings(database_url=env.database_url, redis_url=env.redis_url)

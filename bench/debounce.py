@@ -25,9 +25,9 @@ from sqlalchemy import func, select
 
 from bench.common import BenchEnv, arguments, bench_env, percentile
 from shared.auth.service import org_for_key
-from shared.config import Settings
 from shared.evaluations.models import Evaluation
-from shared.queue import CeleryJobQueue
+from shared.infra.config import Settings
+from shared.infra.queue import CeleryJobQueue
 from shared.sessions.service import create_session, post_message
 from shared.triggers.debounce import Debouncer
 from shared.triggers.service import debounce_trigger

@@ -37,8 +37,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script path: make `shared` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from shared.config import load_settings
 from shared.drift.rules import build_drift_request, parse_drift_answer
+from shared.infra.config import load_settings
 from shared.llm.base import LLM, LLMError, SummaryRequest, TranscriptLine
 from shared.llm.factory import make_llm
 from shared.summaries.rules import parse_summary_answer

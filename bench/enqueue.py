@@ -33,9 +33,9 @@ from collections.abc import Callable
 import redis
 
 from bench.common import BenchEnv, arguments, bench_env, describe, machine
-from shared.config import Settings
-from shared.db.uow import UnitOfWork
-from shared.queue import EVALUATE_TOPIC, CeleryJobQueue, Job, JobQueue
+from shared.infra.config import Settings
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import EVALUATE_TOPIC, CeleryJobQueue, Job, JobQueue
 from shared.sessions.service import create_session, post_message
 from shared.triggers.debounce import Debouncer
 from shared.triggers.service import debounce_trigger

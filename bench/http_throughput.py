@@ -53,8 +53,8 @@ from bench.common import (
     subprocess_running,
     wait_until,
 )
-from shared.heap import freeze_startup_objects
-from shared.queue import LLM_QUEUE
+from shared.infra.heap import freeze_startup_objects
+from shared.infra.queue import LLM_QUEUE
 from shared.sessions.service import create_session
 
 # A typical chat turn: a couple of sentences.
@@ -133,7 +133,7 @@ def run_phase(
     many requests a second, and a request's latency counts from when it was due, not
     from when a late client got round to sending it (no coordinated omission).
 
-    The clients' own objects are frozen first (shared/heap.py): a full collection of
+    The clients' own objects are frozen first (shared/infra/heap.py): a full collection of
     this process stops all its client threads at once, which read as the server's p99.
     """
     freeze_startup_objects()

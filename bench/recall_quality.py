@@ -72,7 +72,7 @@ from bench.common import (
 from bench.http_throughput import PROCFILE, web_server
 from bench.worker_pool import worker_answers
 from driftless_client import Client
-from shared.config import Settings
+from shared.infra.config import Settings
 from shared.llm.text import STOPWORDS
 from worker.app import make_celery
 

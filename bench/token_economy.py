@@ -45,14 +45,14 @@ from sqlalchemy import func, select
 
 from bench.common import BenchEnv, arguments, bench_env, machine
 from bench.drift_quality import load_dialogues
-from shared.config import Settings
-from shared.db.uow import UnitOfWork
 from shared.evaluations.models import Evaluation
 from shared.evaluations.requests import request_evaluation
+from shared.infra.config import Settings
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import CeleryJobQueue
 from shared.llm.base import LLM, Completion, DriftRequest, SummaryRequest
 from shared.llm.factory import make_llm
 from shared.llm.prompts import SUMMARY_INSTRUCTIONS, one_line
-from shared.queue import CeleryJobQueue
 from shared.sessions.models import Message
 from shared.sessions.service import create_session, post_message
 from shared.topics.models import Topic

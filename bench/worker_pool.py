@@ -48,10 +48,10 @@ from bench.common import (
     subprocess_running,
     wait_until,
 )
-from shared.config import Settings
-from shared.db.uow import UnitOfWork
 from shared.evaluations.models import Evaluation
-from shared.queue import LLM_QUEUE, SUMMARIZE_TOPIC, CeleryJobQueue, Job, RecordingQueue
+from shared.infra.config import Settings
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import LLM_QUEUE, SUMMARIZE_TOPIC, CeleryJobQueue, Job, RecordingQueue
 from shared.sessions.service import create_session, open_topic, post_message
 from shared.topics.models import Topic
 from tests.llm_server import FakeOpenAI

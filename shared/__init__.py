@@ -1,4 +1,5 @@
-"""The driftless domain: models, services, pure memory rules, config and adapters.
+"""The driftless domain: one package per feature (topics, memory, facts, triggers, ...),
+the vocabulary they share (domain/) and the plumbing they lean on (infra/).
 
 Both the web app and the worker import this package; it imports neither of them.
 """

@@ -13,12 +13,12 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.service import create_api_key
-from shared.config import Settings
-from shared.db.engine import make_engine, make_session_factory
-from shared.db.migrate import upgrade
-from shared.db.uow import UnitOfWork
+from shared.infra.config import Settings
+from shared.infra.db.engine import make_engine, make_session_factory
+from shared.infra.db.migrate import upgrade
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from shared.llm.openai_provider import OpenAIProvider
-from shared.queue import RecordingQueue
 from tests import services
 from tests.llm_server import FakeOpenAI
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.service import org_for_key
-from shared.db.uow import UnitOfWork
+from shared.infra.db.uow import UnitOfWork
 from shared.llm.base import Completion, DriftRequest, SummaryRequest
 from shared.sessions.fork import fork_topic, record_fork
 from shared.sessions.service import create_session, post_message

@@ -29,8 +29,8 @@ def new_session(
 def committed_session(factory: sessionmaker[Session]) -> tuple[uuid.UUID, uuid.UUID]:
     """(org id, session id) of a new org's new session, committed through `factory`."""
     from shared.auth.service import org_for_key
-    from shared.db.uow import UnitOfWork
-    from shared.queue import RecordingQueue
+    from shared.infra.db.uow import UnitOfWork
+    from shared.infra.queue import RecordingQueue
     from shared.sessions.service import create_session
     from tests.conftest import new_key
 

@@ -49,7 +49,7 @@ def admin_database_url() -> str:
     url = os.environ.get("TEST_DATABASE_URL", DEFAULT_ADMIN_DATABASE_URL)
     if _postgres_answers(url):
         return url
-    from shared.embedded import start_postgres
+    from shared.infra.embedded import start_postgres
 
     return start_postgres(_embedded_home()).url
 
@@ -58,7 +58,7 @@ def redis_base_url() -> str:
     url = os.environ.get("TEST_REDIS_URL", DEFAULT_REDIS_URL)
     if _redis_answers(url):
         return url.rstrip("/")
-    from shared.embedded import start_redis
+    from shared.infra.embedded import start_redis
 
     return start_redis(_embedded_home()).url.rsplit("/", 1)[0]
 

@@ -10,11 +10,11 @@ from flask import jsonify
 from flask_openapi3 import Info, OpenAPI
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.bootstrap import Runtime
-from shared.config import Settings, load_settings_or_exit
-from shared.heap import freeze_startup_objects
-from shared.logs import configure_logging
-from shared.queue import JobQueue
+from shared.infra.bootstrap import Runtime
+from shared.infra.config import Settings, load_settings_or_exit
+from shared.infra.heap import freeze_startup_objects
+from shared.infra.logs import configure_logging
+from shared.infra.queue import JobQueue
 from web.auth import install_auth
 from web.body import install_body_checks
 from web.errors import install_error_handlers, validation_error_response

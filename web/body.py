@@ -1,5 +1,5 @@
 """Malformed JSON is a 400 before any validation runs; an oversized body is a 413; JSON
-nested too deep or holding NaN/Infinity/out-of-range numbers is a 422 (shared/limits.py).
+nested too deep or holding NaN/Infinity/out-of-range numbers is a 422 (shared/domain/limits.py).
 
 The document the check parsed is the request's JSON from then on: flask-openapi3 reads
 the body model from `request.get_json()`, which would otherwise parse it a second time
@@ -11,8 +11,8 @@ from typing import Any
 
 from flask import Flask, Request, Response, request
 
-from shared.errors import Invalid
-from shared.limits import loads_checked
+from shared.domain.errors import Invalid
+from shared.domain.limits import loads_checked
 from web.errors import error_response
 from web.runtime import runtime
 

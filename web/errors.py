@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
-from shared.errors import Conflict, DomainError, Invalid, NotFound, TooLarge, Unavailable
+from shared.domain.errors import Conflict, DomainError, Invalid, NotFound, TooLarge, Unavailable
 from web.schemas.common import FORM_TAGS
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ import uuid
 
 from flask import Flask, Response, g, request
 
-from shared import logcontext
+from shared.infra import logcontext
 
 REQUEST_ID_HEADER = "X-Request-Id"
 # A caller's id (a proxy's, an agent runtime's) is kept so logs join up across systems;

@@ -2,7 +2,7 @@
 
 Besides the request metrics defined here, the scrape shows what this process counted
 elsewhere: jobs it enqueued (worker.metrics, counted by CeleryJobQueue) and domain
-events (shared.metrics: debounce outcomes, curation changes).
+events (shared.infra.metrics: debounce outcomes, curation changes).
 
 Under gunicorn with several workers, set PROMETHEUS_MULTIPROC_DIR to a shared empty
 directory so a scrape sums every worker process (prometheus-client's multiprocess mode);
@@ -17,7 +17,7 @@ import time
 from flask import Flask, Response, g, request
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 
-from shared.metrics_export import multiprocess_registry
+from shared.infra.metrics_export import multiprocess_registry
 
 REQUESTS = Counter(
     "driftless_http_requests_total", "HTTP requests by route and status", ["route", "status"]

@@ -1,11 +1,11 @@
-"""The process's runtime (shared/bootstrap.py), as a request sees it."""
+"""The process's runtime (shared/infra/bootstrap.py), as a request sees it."""
 
 from __future__ import annotations
 
 from flask import current_app
 
-from shared.bootstrap import Runtime
-from shared.db.uow import UnitOfWork
+from shared.infra.bootstrap import Runtime
+from shared.infra.db.uow import UnitOfWork
 
 
 def runtime() -> Runtime:

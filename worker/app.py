@@ -7,10 +7,10 @@ from typing import Any
 from celery import Celery
 from celery.schedules import crontab
 
-from shared.broker import sender_settings
-from shared.config import Settings
-from shared.crontab import parse_crontab
-from shared.queue import (
+from shared.infra.broker import sender_settings
+from shared.infra.config import Settings
+from shared.infra.crontab import parse_crontab
+from shared.infra.queue import (
     ADVANCE_REEVALUATIONS,
     DISPATCH_WEBHOOKS,
     PURGE_IDLE_SESSIONS,
@@ -18,8 +18,8 @@ from shared.queue import (
     START_STALE_REEVALUATION,
     SWEEP_IDLE,
 )
+from shared.infra.runtime import Endpoints, resolve_endpoints
 from shared.reevaluations.pump import TICK_S as REEVALUATION_TICK_S
-from shared.runtime import Endpoints, resolve_endpoints
 from worker.context import worker_runtime
 from worker.logs import connect_task_context
 from worker.metrics import connect_task_signals
@@ -43,7 +43,7 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         # the same topics (the pump counts time, not ticks).
         "options": {"expires": 10 * REEVALUATION_TICK_S},
     }
-    if settings.reevaluate_cron is not None:  # checked at start (shared/config.py)
+    if settings.reevaluate_cron is not None:  # checked at start (shared/infra/config.py)
         fields = parse_crontab(settings.reevaluate_cron)
         schedule["reevaluate-stale"] = {
             "task": START_STALE_REEVALUATION,
@@ -60,7 +60,7 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
 def make_celery(settings: Settings, *, endpoints: Endpoints | None = None) -> Celery:
     endpoints = endpoints or resolve_endpoints(settings)
     app = Celery("driftless", set_as_current=False, include=["worker.tasks"])
-    # Routing and sending as every sender does (shared/broker.py), then the worker's own.
+    # Routing and sending as every sender does (shared/infra/broker.py), then the worker's own.
     app.conf.update(sender_settings(endpoints))
     app.conf.update(
         # Ack after the task ran, not when it was received: a worker that dies mid-task

@@ -15,17 +15,17 @@ from typing import Any
 import click
 
 from shared.auth.service import create_api_key, list_keys, org_id_named, revoke_key
-from shared.bootstrap import Runtime
-from shared.config import load_settings_or_exit
-from shared.db import migrate
-from shared.errors import DomainError
-from shared.logs import configure_logging
-from shared.runtime import database_url_of
+from shared.domain.errors import DomainError
+from shared.infra.bootstrap import Runtime
+from shared.infra.config import load_settings_or_exit
+from shared.infra.db import migrate
+from shared.infra.logs import configure_logging
+from shared.infra.runtime import database_url_of
 
 
 @contextmanager
 def command_runtime(**overrides: Any) -> Iterator[Runtime]:
-    """A command's runtime (shared/bootstrap.py): one connection, given back at the end.
+    """A command's runtime (shared/infra/bootstrap.py): one connection, given back at the end.
     A domain error (no such org, an ambiguous prefix) ends the command with its message."""
     runtime = Runtime(load_settings_or_exit(), pool_size=1, max_overflow=0, **overrides)
     try:

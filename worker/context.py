@@ -1,4 +1,4 @@
-"""The worker's runtime (shared/bootstrap.py), sized for the pool that runs its tasks."""
+"""The worker's runtime (shared/infra/bootstrap.py), sized for the pool that runs its tasks."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from celery.apps.worker import Worker as CommandLineWorker
 from celery.signals import worker_init
 from redis.exceptions import RedisError
 
-from shared.bootstrap import Runtime
-from shared.broker import CONSUMER_POLLS
-from shared.config import Settings
-from shared.db.uow import UnitOfWork
-from shared.heap import freeze_startup_objects
+from shared.infra.bootstrap import Runtime
+from shared.infra.broker import CONSUMER_POLLS
+from shared.infra.config import Settings
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.heap import freeze_startup_objects
+from shared.infra.queue import INVALIDATE_MEMORY, CeleryJobQueue, Job, JobQueue
+from shared.infra.runtime import Endpoints
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
-from shared.queue import INVALIDATE_MEMORY, CeleryJobQueue, Job, JobQueue
-from shared.runtime import Endpoints
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ def size_engine_for_worker(sender: Any = None, **_: Any) -> None:
     """Size the engine (and, for a green pool, the broker channel's connection pool) from
     the worker's pool and concurrency, before any task runs; under gevent, make psycopg2
     green first. The worker's broker connections are marked as a consumer's, whose polls
-    shared/broker.py's Transport keeps short."""
+    shared/infra/broker.py's Transport keeps short."""
     app: Any = getattr(sender, "app", None)
     runtime = getattr(app, "driftless", None)
     concurrency = getattr(sender, "concurrency", None)
@@ -154,7 +154,7 @@ def size_engine_for_worker(sender: Any = None, **_: Any) -> None:
 @worker_init.connect
 def freeze_worker_startup_objects(sender: Any = None, **_: Any) -> None:
     """The worker is built (tasks imported, pool chosen): its startup objects out of the
-    collector's way (shared/heap.py). Before a prefork pool forks, so its children share
+    collector's way (shared/infra/heap.py). Before a prefork pool forks, so its children share
     them too. Only a worker process (`celery worker`), not one a test runs in a thread."""
     if isinstance(sender, CommandLineWorker):
         log.info("startup objects frozen for the collector: %d", freeze_startup_objects())

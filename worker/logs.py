@@ -1,6 +1,6 @@
 """Celery's side of logging: our handler, not Celery's; the running task's ids bound.
 
-The handler itself is shared/logs.py, which every entry point configures.
+The handler itself is shared/infra/logs.py, which every entry point configures.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 from celery import Task
 from celery.signals import setup_logging, task_postrun, task_prerun
 
-from shared import logcontext
-from shared.logs import LogFormat, configure_logging
+from shared.infra import logcontext
+from shared.infra.logs import LogFormat, configure_logging
 
 
 def _bind_task(task_id: str, task: Task, kwargs: dict[str, Any] | None = None, **_: Any) -> None:

@@ -5,8 +5,8 @@ from worker.multiproc import ensure_multiprocess_dir
 
 ensure_multiprocess_dir()
 
-from shared.config import load_settings_or_exit  # noqa: E402
-from shared.logs import configure_logging  # noqa: E402
+from shared.infra.config import load_settings_or_exit  # noqa: E402
+from shared.infra.logs import configure_logging  # noqa: E402
 from worker.app import make_celery  # noqa: E402
 from worker.logs import keep_celery_off_logging  # noqa: E402
 from worker.metrics import connect_exporter_signals  # noqa: E402

@@ -42,17 +42,17 @@ from sqlalchemy import create_engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
-from shared.broker import REDIS_SCHEMES
-from shared.db.engine import bound_transactions, make_session_factory, sqlalchemy_url
-from shared.db.uow import UnitOfWork
-from shared.metrics import (
+from shared.infra.broker import REDIS_SCHEMES
+from shared.infra.db.engine import bound_transactions, make_session_factory, sqlalchemy_url
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.metrics import (
     JOBS_ENQUEUED,
     JOBS_SEND_FAILED,
     REEVALUATION_OUTCOMES,
     REEVALUATION_TOPICS,
 )
-from shared.metrics_export import multiprocess_registry
-from shared.queue import DUE_AT_HEADER, FIRE_DEBOUNCE, RECONCILE, TASK_ROUTES, RecordingQueue
+from shared.infra.metrics_export import multiprocess_registry
+from shared.infra.queue import DUE_AT_HEADER, FIRE_DEBOUNCE, RECONCILE, TASK_ROUTES, RecordingQueue
 from shared.reconcile.service import Reconciled
 from shared.reevaluations.pump import running_totals
 
@@ -267,7 +267,7 @@ def reevaluation_collector(database_url: str) -> ReevaluationCollector:
     """The collector, on a connection of its own for each scrape: the worker's main process
     keeps none open for a prefork child to inherit."""
     # A scrape answers while PostgreSQL hangs, as the queue depth does while Redis does;
-    # bounded per transaction, as PgBouncer in transaction mode wants (shared/db/engine.py).
+    # bounded per transaction, as PgBouncer in transaction mode wants (shared/infra/db/engine.py).
     engine = create_engine(
         sqlalchemy_url(database_url), poolclass=NullPool, connect_args={"connect_timeout": 1}
     )

@@ -28,10 +28,10 @@ from types import FrameType
 import click
 
 from shared.auth.service import create_api_key, org_for_key
-from shared.bootstrap import Runtime
-from shared.config import Settings
-from shared.db.migrate import upgrade
-from shared.runtime import Endpoints
+from shared.infra.bootstrap import Runtime
+from shared.infra.config import Settings
+from shared.infra.db.migrate import upgrade
+from shared.infra.runtime import Endpoints
 from worker.multiproc import PRIVATE_DIR_PREFIX, remove_orphaned_dirs
 
 STOP_GRACE_S = 10.0  # from SIGTERM to SIGKILL; work cut short is redelivered (acks_late)
@@ -249,13 +249,13 @@ def run_system(settings: Settings) -> int:
     with ExitStack() as cleanup:
         database_url, redis_url = settings.database_url, settings.redis_url
         if database_url is None:
-            from shared.embedded import start_postgres
+            from shared.infra.embedded import start_postgres
 
             postgres = start_postgres(home, stop_with_caller=True)
             cleanup.callback(postgres.stop)
             database_url = postgres.url
         if redis_url is None:
-            from shared.embedded import start_redis
+            from shared.infra.embedded import start_redis
 
             embedded_redis = start_redis(home)
             cleanup.callback(embedded_redis.stop)

@@ -18,11 +18,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from shared.evaluations.pipeline import evaluation_job
 from shared.evaluations.requests import sweep_idle as sweep
 from shared.evaluations.summarize import summary_job
-from shared.llm.factory import configured_model
-from shared.llm.ratelimit import RateLimited
-from shared.memory.cache import MemoryCache
-from shared.memory.scope import Scope
-from shared.queue import (
+from shared.infra.queue import (
     ADVANCE_REEVALUATIONS,
     DELIVER_WEBHOOK,
     DISPATCH_WEBHOOKS,
@@ -35,6 +31,10 @@ from shared.queue import (
     SUMMARIZE_TOPIC,
     SWEEP_IDLE,
 )
+from shared.llm.factory import configured_model
+from shared.llm.ratelimit import RateLimited
+from shared.memory.cache import MemoryCache
+from shared.memory.scope import Scope
 from shared.reconcile.service import reconcile as reconcile_lost
 from shared.reevaluations.pump import advance_campaigns, settle_item
 from shared.reevaluations.service import start_stale_campaign

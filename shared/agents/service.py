@@ -9,9 +9,9 @@ from sqlalchemy import func
 from sqlalchemy.dialects.postgresql import insert
 
 from shared.agents.models import AgentProfile
-from shared.db.uow import UnitOfWork
-from shared.errors import NotFound
-from shared.limits import check_json
+from shared.domain.errors import NotFound
+from shared.domain.limits import check_json
+from shared.infra.db.uow import UnitOfWork
 
 
 def put_agent(

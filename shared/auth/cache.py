@@ -17,7 +17,7 @@ from collections.abc import Callable
 from cachetools import TTLCache
 
 from shared.auth.service import hash_key, org_for_key
-from shared.db.uow import UnitOfWork
+from shared.infra.db.uow import UnitOfWork
 
 # Distinct keys one process remembers; beyond it the oldest are looked up again.
 MAX_KEYS = 10_000

@@ -6,7 +6,7 @@ from datetime import datetime
 from sqlalchemy import DateTime, ForeignKey, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from shared.db.base import Base, created_at_column
+from shared.infra.db.base import Base, created_at_column
 
 
 class Org(Base):

@@ -11,8 +11,8 @@ from datetime import datetime
 from sqlalchemy import func, select
 
 from shared.auth.models import ApiKey, Org
-from shared.db.uow import UnitOfWork
-from shared.errors import Conflict, Invalid, NotFound
+from shared.domain.errors import Conflict, Invalid, NotFound
+from shared.infra.db.uow import UnitOfWork
 
 KEY_PREFIX = "dl_"
 

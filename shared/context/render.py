@@ -20,7 +20,7 @@ from shared.context.stack import (
     ThreadMessage,
     VolatileLayer,
 )
-from shared.tokens import approx_tokens
+from shared.llm.tokens import approx_tokens
 
 Message = dict[str, Any]
 

@@ -17,7 +17,6 @@ import redis
 from sqlalchemy import select
 
 from shared.agents.models import AgentProfile
-from shared.config import Settings
 from shared.context.stack import (
     ContextStack,
     DriftResult,
@@ -29,8 +28,9 @@ from shared.context.stack import (
 )
 from shared.context.window import WindowMode, window_length
 from shared.context.working_memory import get_working_memory
-from shared.db.uow import UnitOfWork
 from shared.facts.service import read_facts
+from shared.infra.config import Settings
+from shared.infra.db.uow import UnitOfWork
 from shared.memory.block import UNTITLED
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope

@@ -12,8 +12,8 @@ from typing import Any
 
 import redis
 
-from shared.db.uow import UnitOfWork
-from shared.limits import MAX_WORKING_MEMORY_BYTES, check_json, check_size
+from shared.domain.limits import MAX_WORKING_MEMORY_BYTES, check_json, check_size
+from shared.infra.db.uow import UnitOfWork
 from shared.sessions.service import load_session
 
 TTL_S = 24 * 3600
@@ -31,7 +31,7 @@ def set_working_memory(
     session_id: uuid.UUID,
     document: dict[str, Any],
 ) -> None:
-    """Replace the session's working memory, within the limits (shared/limits.py)."""
+    """Replace the session's working memory, within the limits (shared/domain/limits.py)."""
     check_json(document, field="workingMemory", limits=uow.limits)
     check_size(document, what="working memory", max_bytes=MAX_WORKING_MEMORY_BYTES)
     session = load_session(uow=uow, org_id=org_id, session_id=session_id)

@@ -20,11 +20,11 @@ from shared.curation.rules import (
     user_cycles,
     user_sets_state,
 )
-from shared.db.uow import UnitOfWork
-from shared.errors import NotFound
+from shared.domain.errors import NotFound
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.metrics import MEMORY_CHANGES, count_on_commit
 from shared.memory.scope import Scope, lock_topic
 from shared.memory.versions import memory_changed
-from shared.metrics import MEMORY_CHANGES, count_on_commit
 from shared.sessions.service import get_topic
 from shared.topics.models import MemoryState, Topic
 from shared.webhooks.events import TOPIC_MEMORY_CHANGED, record_event, scope_data

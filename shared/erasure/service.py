@@ -20,9 +20,9 @@ from sqlalchemy.orm import InstrumentedAttribute
 
 from shared.context.working_memory import forget_working_memory
 from shared.curation.models import MemoryChange
-from shared.db.uow import UnitOfWork
 from shared.evaluations.models import Evaluation
 from shared.facts.models import FactsDocument
+from shared.infra.db.uow import UnitOfWork
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
 from shared.memory.versions import MemoryVersion

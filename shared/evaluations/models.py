@@ -6,7 +6,7 @@ from datetime import datetime
 from sqlalchemy import BigInteger, CheckConstraint, DateTime, ForeignKey, Identity, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from shared.db.base import Base
+from shared.infra.db.base import Base
 
 TRIGGERS = (
     "topic_closed",

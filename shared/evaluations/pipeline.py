@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import redis
 from sqlalchemy import select
 
-from shared.db.uow import UnitOfWork
 from shared.drift.rules import (
     EARLIER_CONTEXT,
     DriftDecision,
@@ -29,10 +28,11 @@ from shared.drift.rules import (
     parse_drift_answer,
 )
 from shared.evaluations.service import record_evaluation
-from shared.live import publish
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.live import publish
+from shared.infra.metrics import FALLBACKS
 from shared.llm.base import LLM, Completion, DriftRequest, LLMError, TranscriptLine
 from shared.memory.scope import Scope, lock_topic
-from shared.metrics import FALLBACKS
 from shared.sessions.fork import fork_topic, record_fork
 from shared.sessions.models import ChatSession, Message
 from shared.summaries.service import (

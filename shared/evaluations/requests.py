@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy import func, select
 
-from shared.db.uow import UnitOfWork
-from shared.queue import JobQueue
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import JobQueue
 from shared.sessions.models import ChatSession
 from shared.sessions.service import active_topic, load_session
 from shared.topics.models import Topic

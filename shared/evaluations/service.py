@@ -7,8 +7,8 @@ import uuid
 
 from sqlalchemy import insert, select
 
-from shared.db.uow import UnitOfWork
 from shared.evaluations.models import Evaluation
+from shared.infra.db.uow import UnitOfWork
 from shared.llm.base import Completion
 from shared.sessions.service import get_topic
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import redis
 
-from shared.db.uow import UnitOfWork
 from shared.evaluations.service import record_evaluation
-from shared.live import publish
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.live import publish
 from shared.llm.base import LLM
 from shared.memory.scope import lock_topic
 from shared.summaries.service import (

@@ -8,7 +8,7 @@ from sqlalchemy import DateTime, ForeignKey, String, UniqueConstraint, func
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from shared.db.base import Base
+from shared.infra.db.base import Base
 
 
 class FactsDocument(Base):

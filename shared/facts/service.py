@@ -11,9 +11,9 @@ from typing import Any
 from sqlalchemy import func, literal, select, update
 from sqlalchemy.dialects.postgresql import JSONB, insert
 
-from shared.db.uow import UnitOfWork
+from shared.domain.limits import MAX_FACT_VALUE_BYTES, MAX_FACTS_BYTES, check_json, check_size
 from shared.facts.models import FactsDocument
-from shared.limits import MAX_FACT_VALUE_BYTES, MAX_FACTS_BYTES, check_json, check_size
+from shared.infra.db.uow import UnitOfWork
 from shared.memory.scope import Scope
 from shared.webhooks.events import FACTS_CHANGED, record_event
 
@@ -34,7 +34,7 @@ def read_facts(*, uow: UnitOfWork, scope: Scope) -> dict[str, Any]:
 def merge_facts(*, uow: UnitOfWork, scope: Scope, facts: dict[str, Any]) -> dict[str, Any]:
     """Create or update entries by key; returns the whole document.
 
-    Invalid or TooLarge (shared/limits.py) leaves the document as it was, so a caller
+    Invalid or TooLarge (shared/domain/limits.py) leaves the document as it was, so a caller
     may catch either and go on in the same transaction.
     """
     check_json(facts, field="facts", limits=uow.limits)

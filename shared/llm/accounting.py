@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from shared.infra.metrics import record_llm_call
 from shared.llm.base import CallListener, LLMCall
-from shared.metrics import record_llm_call
 
 
 def account(call: LLMCall, *, seconds: float, listener: CallListener | None) -> None:

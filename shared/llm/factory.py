@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import redis
 
-from shared.config import Settings
+from shared.infra.config import Settings
 from shared.llm.base import LLM, CallListener
 from shared.llm.local_provider import LOCAL_MODEL, LocalProvider
 from shared.llm.openai_provider import OpenAIProvider

@@ -30,7 +30,7 @@ from shared.llm.text import (
     tokens,
     weigh_terms,
 )
-from shared.tokens import approx_tokens
+from shared.llm.tokens import approx_tokens
 
 LOCAL_MODEL = "local-extractive-v1"
 

@@ -34,7 +34,7 @@ import redis
 
 from shared.llm.base import LLM, Completion, DriftRequest, LLMError, SummaryRequest
 from shared.llm.prompts import drift_messages, summary_messages
-from shared.tokens import approx_tokens
+from shared.llm.tokens import approx_tokens
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from shared.tokens import approx_tokens
+from shared.llm.tokens import approx_tokens
 
 UNTITLED = "Untitled topic"
 

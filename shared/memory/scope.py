@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import select
 
-from shared.db.uow import UnitOfWork
+from shared.infra.db.uow import UnitOfWork
 from shared.sessions.models import ChatSession
 from shared.topics.models import Topic
 

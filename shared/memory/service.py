@@ -7,7 +7,7 @@ import logging
 import redis
 from sqlalchemy import or_, select
 
-from shared.db.uow import UnitOfWork
+from shared.infra.db.uow import UnitOfWork
 from shared.memory.block import MemoryBlock, entry_for, fit_to_budget
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope

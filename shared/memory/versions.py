@@ -17,10 +17,10 @@ from sqlalchemy import BigInteger, DateTime, ForeignKey, Index, String, bindpara
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Mapped, mapped_column
 
-from shared.db.base import Base
-from shared.db.uow import UnitOfWork
+from shared.infra.db.base import Base
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import INVALIDATE_MEMORY, Job
 from shared.memory.scope import Scope
-from shared.queue import INVALIDATE_MEMORY, Job
 
 
 class MemoryVersion(Base):

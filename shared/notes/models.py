@@ -6,7 +6,7 @@ from datetime import datetime
 from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Index, String, Text, func, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from shared.db.base import Base, created_at_column
+from shared.infra.db.base import Base, created_at_column
 
 NOTE_STATUSES = ("active", "archived")
 

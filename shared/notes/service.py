@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import bindparam, func, select, update
 
-from shared.db.uow import UnitOfWork
-from shared.errors import TooLarge
-from shared.limits import MAX_NOTES_CHARS
+from shared.domain.errors import TooLarge
+from shared.domain.limits import MAX_NOTES_CHARS
+from shared.infra.db.uow import UnitOfWork
 from shared.notes.models import NotesDocument
 from shared.topics.models import Topic
 

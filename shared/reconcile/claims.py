@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import redis
 
-from shared.queue import EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
+from shared.infra.queue import EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
 
 log = logging.getLogger(__name__)
 

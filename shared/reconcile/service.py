@@ -32,11 +32,11 @@ from dataclasses import asdict, dataclass
 import redis
 from sqlalchemy import func, select
 
-from shared.db.uow import UnitOfWork
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
 from shared.memory.cache import BLOCK_TTL_S, MemoryCache
 from shared.memory.scope import Scope
 from shared.memory.versions import changed_since
-from shared.queue import EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
 from shared.reconcile.claims import Claims
 from shared.sessions.models import ChatSession, Message
 from shared.topics.models import Topic

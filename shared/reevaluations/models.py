@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import CheckConstraint, DateTime, Double, ForeignKey, Index, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from shared.db.base import Base, created_at_column
+from shared.infra.db.base import Base, created_at_column
 
 STATES = ("running", "finished", "cancelled")
 ORIGINS = ("api", "cli", "cron")  # who started it: an org's key, an operator, beat

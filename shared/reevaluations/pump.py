@@ -26,8 +26,8 @@ from dataclasses import astuple, dataclass
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 
-from shared.db.uow import UnitOfWork
-from shared.metrics import REEVALUATION_TOPICS, count_on_commit
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.metrics import REEVALUATION_TOPICS, count_on_commit
 from shared.reevaluations.models import ReevaluationCampaign, ReevaluationItem
 from shared.reevaluations.selection import Maker, Selection, reevaluation_job, topics_after
 from shared.topics.models import Topic

@@ -10,8 +10,8 @@ from typing import Any, TypeVarTuple
 
 from sqlalchemy import Select, and_, func, or_, select
 
-from shared.db.uow import UnitOfWork
-from shared.queue import EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
 from shared.sessions.models import ChatSession
 from shared.topics.models import Topic
 

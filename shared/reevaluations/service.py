@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from shared.db.uow import UnitOfWork
-from shared.errors import Conflict, Invalid, NotFound
+from shared.domain.errors import Conflict, Invalid, NotFound
+from shared.infra.db.uow import UnitOfWork
 from shared.llm.prompts import SUMMARY_PROMPT_VERSION
 from shared.reevaluations.models import ReevaluationCampaign
 from shared.reevaluations.pump import finish_if_settled

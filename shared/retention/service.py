@@ -24,10 +24,10 @@ from dataclasses import asdict, dataclass
 
 from sqlalchemy import delete, func, or_, select, tuple_
 
-from shared.db.uow import UnitOfWork
 from shared.evaluations.models import Evaluation
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import SUMMARIZE_TOPIC, Job
 from shared.notes.models import NotesDocument
-from shared.queue import SUMMARIZE_TOPIC, Job
 from shared.sessions.models import ChatSession, Message
 from shared.topics.models import Topic
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from shared.db.base import SEARCH_CONFIG
+from shared.infra.db.base import SEARCH_CONFIG
 
 NEIGHBOUR_WEIGHT = 0.3
 NEIGHBOURS = 2

@@ -11,8 +11,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from shared.db.uow import UnitOfWork
-from shared.errors import Invalid
+from shared.domain.errors import Invalid
+from shared.infra.db.uow import UnitOfWork
 from shared.memory.scope import Scope
 from shared.search import ranking
 from shared.topics.models import memory_state

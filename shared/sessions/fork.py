@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import func, select, update
 
-from shared.db.uow import UnitOfWork
-from shared.metrics import FORKS, count_on_commit
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.metrics import FORKS, count_on_commit
 from shared.sessions.models import ChatSession, Message
 from shared.sessions.service import active_topic
 from shared.topics.models import Fork, Topic

@@ -24,10 +24,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared.db.uow import UnitOfWork
-from shared.errors import Invalid, NotFound
-from shared.limits import MAX_BATCH_MESSAGES, check_message_content
-from shared.queue import EVALUATE_TOPIC, Job
+from shared.domain.errors import Invalid, NotFound
+from shared.domain.limits import MAX_BATCH_MESSAGES, check_message_content
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import EVALUATE_TOPIC, Job
 from shared.sessions.models import ChatSession
 from shared.topics.models import Topic
 from shared.triggers.rules import crosses_heartbeat

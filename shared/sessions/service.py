@@ -10,10 +10,10 @@ from datetime import datetime
 
 from sqlalchemy import func, select, update
 
-from shared.db.uow import UnitOfWork
-from shared.errors import NotFound
-from shared.limits import check_message_content
-from shared.queue import SUMMARIZE_TOPIC, Job
+from shared.domain.errors import NotFound
+from shared.domain.limits import check_message_content
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import SUMMARIZE_TOPIC, Job
 from shared.sessions.models import ChatSession, Message
 from shared.sessions.posting import NewMessage, PostedMessages, post_messages
 from shared.topics.models import Topic

@@ -29,12 +29,12 @@ from sqlalchemy.orm import InstrumentedAttribute, aliased
 
 from shared.curation.rules import summarizer_decides
 from shared.curation.service import flags_of, record_change
-from shared.db.uow import UnitOfWork
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.metrics import FALLBACKS, count_on_commit
 from shared.llm.base import LLM, Completion, LLMError
 from shared.llm.prompts import SUMMARY_PROMPT_VERSION
 from shared.memory.scope import Scope
 from shared.memory.versions import memory_changed
-from shared.metrics import FALLBACKS, count_on_commit
 from shared.notes.service import ACTIVE_NOTES_TEXT, archive_notes
 from shared.sessions.fork import messages_from
 from shared.sessions.models import ChatSession, Message

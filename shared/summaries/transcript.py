@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Row, bindparam, select
 
-from shared.db.uow import UnitOfWork
+from shared.infra.db.uow import UnitOfWork
 from shared.llm.base import SummaryRequest, TranscriptLine
 from shared.llm.prompts import OMISSION_AFTER_LINES
 from shared.sessions.models import Message

@@ -9,10 +9,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
-from shared.errors import Invalid
-from shared.limits import MAX_TOOL_ARGUMENTS_CHARS, Limits, check_json
+from shared.domain.errors import Invalid
+from shared.domain.limits import MAX_TOOL_ARGUMENTS_CHARS, Limits, check_json
+from shared.domain.storable import unstorable_at
 from shared.search.service import MAX_LIMIT, MAX_QUERY_CHARS
-from shared.storable import unstorable_at
 
 MAX_NOTE_CHARS = 20_000
 # A recall answers fewer results than the API's default: they enter the model's context.

@@ -13,9 +13,9 @@ from typing import Any
 
 from shared.curation.rules import Refused
 from shared.curation.service import agent_curate_memory
-from shared.db.uow import UnitOfWork
-from shared.errors import Invalid, NotFound, TooLarge
+from shared.domain.errors import Invalid, NotFound, TooLarge
 from shared.facts.service import merge_facts, read_facts, unset_fact
+from shared.infra.db.uow import UnitOfWork
 from shared.memory.scope import Scope
 from shared.notes.service import NotesView, append_notes, read_notes, replace_notes
 from shared.search.service import SearchQuery, hit_json, search

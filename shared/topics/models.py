@@ -22,7 +22,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import TSVECTOR
 from sqlalchemy.orm import Mapped, mapped_column
 
-from shared.db.base import SEARCH_CONFIG, Base, created_at_column
+from shared.infra.db.base import SEARCH_CONFIG, Base, created_at_column
 
 STATUSES = ("active", "closed")
 SUMMARY_SOURCES = ("llm", "fallback")

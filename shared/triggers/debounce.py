@@ -25,7 +25,7 @@ from typing import Literal
 
 import redis
 
-from shared.config import Settings
+from shared.infra.config import Settings
 
 TriggerStatus = Literal["scheduled", "coalesced", "suppressed"]
 

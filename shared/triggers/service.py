@@ -14,8 +14,8 @@ from typing import Literal
 
 from redis.exceptions import RedisError
 
-from shared.metrics import DEBOUNCE
-from shared.queue import EVALUATE_TOPIC, FIRE_DEBOUNCE, Job, JobQueue
+from shared.infra.metrics import DEBOUNCE
+from shared.infra.queue import EVALUATE_TOPIC, FIRE_DEBOUNCE, Job, JobQueue
 from shared.triggers.debounce import Debouncer
 
 log = logging.getLogger(__name__)

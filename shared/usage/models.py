@@ -6,7 +6,7 @@ from datetime import datetime
 from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Identity, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from shared.db.base import Base, created_at_column
+from shared.infra.db.base import Base, created_at_column
 
 OUTCOMES = ("ok", "error")
 

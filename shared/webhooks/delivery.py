@@ -39,9 +39,9 @@ import redis
 from sqlalchemy import text
 from standardwebhooks.webhooks import Webhook as Signer
 
-from shared.db.uow import UnitOfWork
-from shared.metrics import WEBHOOK_ATTEMPT_SECONDS, WEBHOOK_DELIVERIES, count_on_commit
-from shared.queue import DELIVER_WEBHOOK, Job
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.metrics import WEBHOOK_ATTEMPT_SECONDS, WEBHOOK_DELIVERIES, count_on_commit
+from shared.infra.queue import DELIVER_WEBHOOK, Job
 from shared.webhooks.secrets import SecretBox, SecretUnavailable
 from shared.webhooks.targets import UnsafeTarget, check_target
 

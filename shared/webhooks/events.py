@@ -18,8 +18,8 @@ from typing import Any, Final, Protocol
 
 from sqlalchemy import text
 
-from shared.db.uow import UnitOfWork
-from shared.queue import DELIVER_WEBHOOK, Job
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import DELIVER_WEBHOOK, Job
 from shared.topics.models import Topic
 
 TOPIC_SUMMARIZED: Final = "topic.summarized"

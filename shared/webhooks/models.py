@@ -18,7 +18,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from shared.db.base import Base, created_at_column
+from shared.infra.db.base import Base, created_at_column
 
 DELIVERY_STATUSES = ("pending", "delivered", "failed", "dead")
 

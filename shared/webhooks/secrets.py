@@ -17,8 +17,8 @@ import secrets
 
 from cryptography.fernet import InvalidToken
 
-from shared.errors import Invalid
-from shared.sealing import parse_keys
+from shared.domain.errors import Invalid
+from shared.infra.sealing import parse_keys
 
 PREFIX = "whsec_"
 MIN_BYTES, MAX_BYTES = 24, 64  # the Standard Webhooks range

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import delete, func, select
 
-from shared.db.uow import UnitOfWork
-from shared.errors import Conflict, Invalid, NotFound
+from shared.domain.errors import Conflict, Invalid, NotFound
+from shared.infra.db.uow import UnitOfWork
 from shared.webhooks.events import EVENT_TYPES
 from shared.webhooks.models import Webhook, WebhookDelivery, WebhookEvent
 from shared.webhooks.secrets import SecretBox, checked_secret, new_secret

@@ -26,10 +26,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from werkzeug.serving import make_server
 
 from shared.auth.service import org_for_key
-from shared.config import Settings
-from shared.db.uow import UnitOfWork
 from shared.facts.models import FactsDocument
-from shared.queue import RecordingQueue
+from shared.infra.config import Settings
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from tests.conftest import new_key
 from tests.e2e.conftest import celery_app  # noqa: F401  (a fixture)
 from tests.worker_thread import worker_thread

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from shared.db.migrate import upgrade
+from shared.infra.db.migrate import upgrade
 from tests import services
 from tests.faults.conftest import new_api_key
 from tests.faults.procs import PrivateRedis, Processes, driftless_env, free_port

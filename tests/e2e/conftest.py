@@ -9,7 +9,7 @@ import pytest
 from celery import Celery
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.config import Settings
+from shared.infra.config import Settings
 from tests.conftest import new_key
 from tests.worker_thread import worker_thread
 from worker.app import make_celery

@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.evaluations.models import Evaluation
-from shared.queue import SUMMARIZE_TOPIC
+from shared.infra.queue import SUMMARIZE_TOPIC
 from shared.topics.models import Topic
 from tests.helpers import new_session, post_message, wait_for
 
@@ -88,7 +88,7 @@ def test_the_reconciler_recovers_a_summary_whose_job_was_lost(
     live_auth: dict[str, str],
 ) -> None:
     """The broker was unreachable after the commit: the beat job re-enqueues the summary."""
-    from shared.queue import RECONCILE
+    from shared.infra.queue import RECONCILE
     from web.app import create_app
 
     class DownBroker:

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from shared.auth.service import create_api_key
-from shared.db.engine import make_engine, make_session_factory
-from shared.db.migrate import upgrade
-from shared.db.uow import UnitOfWork
-from shared.queue import RecordingQueue
+from shared.infra.db.engine import make_engine, make_session_factory
+from shared.infra.db.migrate import upgrade
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from tests import services
 from tests.faults.procs import PrivateRedis, Processes
 from tests.llm_server import FakeOpenAI

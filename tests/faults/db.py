@@ -12,10 +12,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from shared.auth.service import org_for_key
-from shared.db.engine import make_engine, make_session_factory
-from shared.db.uow import UnitOfWork
 from shared.evaluations.models import Evaluation
-from shared.queue import RecordingQueue
+from shared.infra.db.engine import make_engine, make_session_factory
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from shared.sessions.models import ChatSession, Message
 from shared.topics.models import Topic
 

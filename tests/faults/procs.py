@@ -24,7 +24,7 @@ from pathlib import Path
 
 import redis
 
-from shared.config import ENVIRONMENT
+from shared.infra.config import ENVIRONMENT
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
@@ -234,7 +234,7 @@ def redis_binary() -> str:
     found = shutil.which("redis-server")
     if found:
         return found
-    from shared.embedded import redis_server_binary
+    from shared.infra.embedded import redis_server_binary
 
     return str(redis_server_binary())
 

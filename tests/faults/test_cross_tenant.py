@@ -39,9 +39,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from werkzeug.test import TestResponse
 
 from shared.auth.service import org_for_key
-from shared.db.uow import UnitOfWork
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from shared.llm.base import LLMCall, Usage
-from shared.queue import RecordingQueue
 from shared.usage.service import record_llm_usage
 from shared.webhooks.events import EVENT_TYPES
 from tests.conftest import new_key

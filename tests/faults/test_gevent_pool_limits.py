@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from shared.config import Settings
-from shared.db.engine import make_engine, make_session_factory
-from shared.db.uow import UnitOfWork
-from shared.queue import SUMMARIZE_TOPIC, Job, RecordingQueue
+from shared.infra.config import Settings
+from shared.infra.db.engine import make_engine, make_session_factory
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import SUMMARIZE_TOPIC, Job, RecordingQueue
 from shared.sessions.service import create_session, open_topic, post_message
 from tests.faults.conftest import new_api_key, report
 from tests.faults.db import evaluations_per_topic, org_of, topics_of

@@ -21,7 +21,7 @@ import psycopg2
 import pytest
 import redis
 
-from shared.live import publish
+from shared.infra.live import publish
 from tests.faults.conftest import new_api_key, report
 from tests.faults.http import Answer, Api
 from tests.faults.procs import PrivateRedis, Processes, driftless_env, free_port, wait_until

@@ -24,11 +24,11 @@ from flask.testing import FlaskClient
 from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.db.uow import UnitOfWork
+from shared.domain.limits import MAX_FACTS_BYTES, MAX_MESSAGE_CHARS, json_size
 from shared.evaluations.pipeline import evaluate_topic
-from shared.limits import MAX_FACTS_BYTES, MAX_MESSAGE_CHARS, json_size
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from shared.memory.scope import Scope
-from shared.queue import RecordingQueue
 from tests.faults.conftest import report
 from tests.forks import HeldLLM, alpha_then_beta, assert_alpha_untouched, fork_at, load_topic
 from tests.helpers import new_session

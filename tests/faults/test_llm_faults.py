@@ -25,13 +25,13 @@ from prometheus_client import REGISTRY
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.db.uow import UnitOfWork
 from shared.evaluations.models import Evaluation
 from shared.evaluations.pipeline import evaluate_topic
 from shared.evaluations.summarize import summarize_topic
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from shared.llm.openai_provider import OpenAIProvider
 from shared.llm.prompts import DRIFT_INSTRUCTIONS
-from shared.queue import RecordingQueue
 from shared.summaries.rules import fallback_summary
 from tests.faults.conftest import report
 from tests.helpers import new_session, post_message

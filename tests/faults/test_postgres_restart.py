@@ -18,7 +18,7 @@ from functools import partial
 import psutil
 import pytest
 
-from shared.db.migrate import upgrade
+from shared.infra.db.migrate import upgrade
 from tests import services
 from tests.faults.conftest import new_api_key, report
 from tests.faults.db import messages_of, org_of, topics_of

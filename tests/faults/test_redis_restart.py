@@ -20,7 +20,7 @@ from functools import partial
 import pytest
 from kombu import Connection, Exchange, Message, Queue
 
-from shared.broker import Transport
+from shared.infra.broker import Transport
 from tests.faults.conftest import new_api_key, report
 from tests.faults.db import (
     evaluations_per_topic,
@@ -42,7 +42,7 @@ READ_EVERY = 4
 TRIGGERS = ["navigation", "visibility", "disconnect", "manual"]
 EVALUATE_STATUSES = {"scheduled", "coalesced", "suppressed", "dropped"}
 LLM_DELAY_S = 0.5
-# Without shared/broker.py's transport, celery 5.7 / kombu 5.7 end the worker when the
+# Without shared/infra/broker.py's transport, celery 5.7 / kombu 5.7 end the worker when the
 # broker connection drops while a late-ack job runs (both tests below caught it).
 SUMMARY = '{"title": "Load", "summary": "A topic of the load test.", "include_in_memory": false}'
 

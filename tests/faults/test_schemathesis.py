@@ -40,11 +40,11 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.service import org_for_key
-from shared.config import Settings
-from shared.db.engine import make_session_factory
-from shared.db.uow import UnitOfWork
+from shared.infra.config import Settings
+from shared.infra.db.engine import make_session_factory
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from shared.llm.base import LLMCall, Usage
-from shared.queue import RecordingQueue
 from shared.usage.service import record_llm_usage
 from shared.webhooks.events import EVENT_TYPES
 from tests.conftest import new_key

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.config import ConfigError, load_settings, load_settings_or_exit
+from shared.infra.config import ConfigError, load_settings, load_settings_or_exit
 
 
 def test_defaults_follow_the_contract() -> None:

@@ -17,9 +17,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from shared.config import ENVIRONMENT, ConfigError, load_settings
+from shared.infra.config import ENVIRONMENT, ConfigError, load_settings
+from shared.infra.queue import TASK_ROUTES
 from shared.llm.factory import longest_llm_call_s
-from shared.queue import TASK_ROUTES
 from worker.app import LLM_TASK_TIME_LIMIT_S
 from worker.context import GREENLETS_PER_CONNECTION
 
@@ -31,7 +31,7 @@ KEDA_SCHEMAS = ROOT / "tests" / "data" / "keda"
 KUBERNETES_VERSIONS = ("1.33", "1.37")
 # Applied by hand, never by `kubectl apply -k` (it holds placeholders).
 EXAMPLE_SECRET = "secret.example.yaml"
-# Read by the processes or by KEDA, though not settings of shared/config.py.
+# Read by the processes or by KEDA, though not settings of shared/infra/config.py.
 OTHER_VARIABLES = {"PROMETHEUS_MULTIPROC_DIR", "LOG_LEVEL", "REDIS_PASSWORD"}
 # The Procfile's name of each process, from the workload's component label. The
 # Procfile's one `worker` (CONTRACT.md: all queues) runs as one Deployment per queue, so

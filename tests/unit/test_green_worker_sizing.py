@@ -10,12 +10,12 @@ import pytest
 from celery import Celery
 from celery.concurrency import get_implementation
 
-from shared.bootstrap import Runtime
-from shared.broker import CONSUMER_POLLS
-from shared.config import Settings
-from shared.db.engine import POOL_TIMEOUT_S
+from shared.infra.bootstrap import Runtime
+from shared.infra.broker import CONSUMER_POLLS
+from shared.infra.config import Settings
+from shared.infra.db.engine import POOL_TIMEOUT_S
+from shared.infra.runtime import Endpoints
 from shared.llm.openai_provider import connection_limits
-from shared.runtime import Endpoints
 from worker.app import LLM_TASK_TIME_LIMIT_S, make_celery
 from worker.context import pool_name, size_engine_for_worker, size_for_worker
 
@@ -94,7 +94,7 @@ def test_a_green_worker_lets_every_task_ack_at_once() -> None:
 
 @pytest.mark.parametrize("pool", ["gevent", "threads", "prefork"])
 def test_only_a_worker_marks_its_broker_connections_as_a_consumers(pool: str) -> None:
-    """Its polls get capped (shared/broker.py); an app that merely sends or inspects keeps
+    """Its polls get capped (shared/infra/broker.py); an app that merely sends or inspects keeps
     kombu's, whose timeout may mean "collect replies this long"."""
     app = _worker_app()
     assert CONSUMER_POLLS not in app.conf.broker_transport_options

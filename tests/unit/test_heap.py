@@ -1,4 +1,4 @@
-"""shared/heap.py: startup objects are frozen out of the collector's full collections."""
+"""shared/infra/heap.py: startup objects are frozen out of the collector's full collections."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.heap import freeze_startup_objects
+from shared.infra.heap import freeze_startup_objects
 
 
 @pytest.fixture

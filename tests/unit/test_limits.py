@@ -1,4 +1,4 @@
-"""The domain's caps on what a client may store (shared/limits.py), without a database.
+"""The domain's caps on what a client may store (shared/domain/limits.py), without a database.
 
 The HTTP, tool and MCP paths are tested against them in tests/integration
 (test_json_limits.py, test_size_limits.py); these pin the functions' own edges.
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from shared.errors import Invalid, TooLarge
-from shared.limits import (
+from shared.domain.errors import Invalid, TooLarge
+from shared.domain.limits import (
     DEFAULT_MAX_JSON_DEPTH,
     MAX_MESSAGE_CHARS,
     Limits,

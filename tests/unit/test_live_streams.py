@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.live_streams import StreamTimer
+from shared.infra.live_streams import StreamTimer
 
 
 def _timer() -> StreamTimer:

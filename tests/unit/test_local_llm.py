@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from bench.drift_quality import masses, pk, segment, window_diff, window_size
-from shared.config import Settings
+from shared.infra.config import Settings
 from shared.llm.base import LLM, DriftRequest, SummaryRequest, TranscriptLine
 from shared.llm.factory import make_llm
 from shared.llm.local_provider import LOCAL_MODEL, DriftThresholds, LocalProvider
 from shared.llm.text import split_sentences, stem
-from shared.tokens import approx_tokens
+from shared.llm.tokens import approx_tokens
 
 DECISIONS = [
     ("user", "We need to pick a database for the new billing service."),

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from shared.metrics_export import multiprocess_registry
+from shared.infra.metrics_export import multiprocess_registry
 
 
 @pytest.fixture

@@ -1,15 +1,15 @@
 """DRIFTLESS_REEVALUATE_CRON: a bad crontab line stops the process at start naming the
 variable; a good one is a beat entry that starts the stale re-evaluation. The check is
-the domain's own (shared/crontab.py, no Celery), held here to what Celery accepts."""
+the domain's own (shared/infra/crontab.py, no Celery), held here to what Celery accepts."""
 
 from __future__ import annotations
 
 import pytest
 from celery.schedules import crontab
 
-from shared.config import ConfigError, load_settings
-from shared.crontab import parse_crontab
-from shared.queue import ADVANCE_REEVALUATIONS, START_STALE_REEVALUATION, TASK_ROUTES
+from shared.infra.config import ConfigError, load_settings
+from shared.infra.crontab import parse_crontab
+from shared.infra.queue import ADVANCE_REEVALUATIONS, START_STALE_REEVALUATION, TASK_ROUTES
 from worker.app import beat_schedule
 
 VARIABLE = "DRIFTLESS_REEVALUATE_CRON"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.errors import Invalid
-from shared.limits import Limits
+from shared.domain.errors import Invalid
+from shared.domain.limits import Limits
 from shared.tools.arguments import parse_arguments
 
 

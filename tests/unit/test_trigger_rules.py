@@ -7,7 +7,7 @@ from typing import Any, cast
 
 import pytest
 
-from shared.queue import EVALUATE_TOPIC, FIRE_DEBOUNCE
+from shared.infra.queue import EVALUATE_TOPIC, FIRE_DEBOUNCE
 from shared.triggers.debounce import Debouncer, FireResult
 from shared.triggers.rules import crosses_heartbeat
 from shared.triggers.service import fire_debounce

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from shared.db.engine import sqlalchemy_url
-from shared.db.uow import UnitOfWork
-from shared.queue import Job, RecordingQueue
+from shared.infra.db.engine import sqlalchemy_url
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import Job, RecordingQueue
 
 
 class FakeSession:

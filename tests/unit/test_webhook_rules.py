@@ -8,8 +8,8 @@ from typing import get_args
 import pytest
 from cryptography.fernet import Fernet
 
-from shared.config import ConfigError, load_settings
-from shared.errors import Invalid
+from shared.domain.errors import Invalid
+from shared.infra.config import ConfigError, load_settings
 from shared.webhooks.delivery import MAX_BACKOFF_S, backoff_s
 from shared.webhooks.events import EVENT_TYPES
 from shared.webhooks.secrets import SecretBox, SecretUnavailable, checked_secret, new_secret

@@ -16,7 +16,7 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 
 from shared.auth.service import org_for_key
-from shared.bootstrap import Runtime
+from shared.infra.bootstrap import Runtime
 
 
 class ApiKeyVerifier:

@@ -10,10 +10,10 @@ import uuid
 from typing import Any
 
 from shared.auth.service import org_for_key
-from shared.bootstrap import Runtime
 from shared.context.service import ContextOptions, assemble_context
-from shared.db.uow import UnitOfWork
-from shared.errors import DomainError, Invalid
+from shared.domain.errors import DomainError, Invalid
+from shared.infra.bootstrap import Runtime
+from shared.infra.db.uow import UnitOfWork
 from shared.tools.service import execute_tool
 from web.schemas.common import dump
 from web.schemas.context import context_document

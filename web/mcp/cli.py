@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from shared.config import load_settings_or_exit
+from shared.infra.config import load_settings_or_exit
 
 
 @click.command()

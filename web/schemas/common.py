@@ -19,7 +19,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from shared.storable import storable
+from shared.domain.storable import storable
 
 # Scope ids come from the calling platform and are opaque (CONTRACT.md): kept exactly as
 # sent, whatever they hold (`:`, braces, spaces, any Unicode), bounded and not blank.

@@ -9,7 +9,7 @@ from pydantic import RootModel, field_validator
 
 from shared.context.render import render
 from shared.context.stack import ContextStack
-from shared.storable import storable
+from shared.domain.storable import storable
 from web.schemas.common import CamelModel, dump
 from web.schemas.memory import MemoryEntryOut
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, RootModel, StringConstraints, field_validator
 
-from shared.storable import storable
+from shared.domain.storable import storable
 from web.schemas.common import CamelModel, Input
 
 FactKey = Annotated[str, StringConstraints(min_length=1, max_length=200)]

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Discriminator, Field, RootModel, model_validator
 
-from shared.limits import MAX_BATCH_MESSAGES, MAX_MESSAGE_CHARS
+from shared.domain.limits import MAX_BATCH_MESSAGES, MAX_MESSAGE_CHARS
 from web.schemas.common import Body, CamelModel, Input, OptionalBody, ScopeId, body_form
 from web.schemas.context import ContextOut
 from web.schemas.topics import TopicOut

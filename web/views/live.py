@@ -2,8 +2,8 @@
 
 Under gunicorn's gevent worker (the Procfile) an open stream costs a greenlet and a
 connection slot, not a thread, and the streams of a process share one Redis
-subscription (shared/live.py `LiveHub`). A stream is still admitted first
-(shared/live_streams.py): at most three quarters of this process's
+subscription (shared/infra/live.py `LiveHub`). A stream is still admitted first
+(shared/infra/live_streams.py): at most three quarters of this process's
 `--worker-connections` (half its threads on a threaded server), so ordinary requests
 always find room, and at most `DRIFTLESS_MAX_STREAMS_PER_ORG` per org across the fleet;
 beyond either, 429 with a Retry-After. The server ends a stream that stayed idle or
@@ -24,10 +24,10 @@ from typing import Any
 
 from flask import Response, current_app, stream_with_context
 
-from shared.bootstrap import Runtime
 from shared.evaluations.requests import request_evaluation
-from shared.live import Listener, LiveHub
-from shared.live_streams import Refusal, Slot, StreamGate, StreamLeases, StreamTimer
+from shared.infra.bootstrap import Runtime
+from shared.infra.live import Listener, LiveHub
+from shared.infra.live_streams import Refusal, Slot, StreamGate, StreamLeases, StreamTimer
 from shared.sessions.service import load_session
 from web.auth import current_org
 from web.errors import error_response
@@ -65,7 +65,7 @@ def _stream_room() -> tuple[int, str]:
     gunicorn hands the app no configuration; its worker object holds it, and it is on
     the stack of the request being served: `self` of the worker's `handle_request`
     (the first stream's request asks). Not `gc.get_objects()`: the process froze its
-    startup objects (shared/heap.py), the worker among them, and frozen objects are not
+    startup objects (shared/infra/heap.py), the worker among them, and frozen objects are not
     listed. `type()`, not isinstance(): a werkzeug proxy answers isinstance() slowly,
     by looking for its request.
     """

@@ -19,8 +19,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.models import ApiKey, Org
 from shared.auth.service import hash_key
-from shared.db.uow import UnitOfWork
-from shared.queue import RecordingQueue
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from worker.cli import main
 
 

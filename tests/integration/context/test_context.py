@@ -11,9 +11,9 @@ import redis
 from flask.testing import FlaskClient
 from sqlalchemy import Engine, event, text
 
+from shared.infra.queue import INVALIDATE_MEMORY, RecordingQueue
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
-from shared.queue import INVALIDATE_MEMORY, RecordingQueue
 from tests.helpers import new_session, post_message
 
 

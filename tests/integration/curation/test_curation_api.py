@@ -6,7 +6,7 @@ from typing import Any
 
 from flask.testing import FlaskClient
 
-from shared.queue import INVALIDATE_MEMORY, RecordingQueue
+from shared.infra.queue import INVALIDATE_MEMORY, RecordingQueue
 from tests.helpers import new_session
 
 

@@ -12,10 +12,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.context.working_memory import get_working_memory
+from shared.infra.queue import EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
 from shared.memory.versions import MemoryVersion
-from shared.queue import EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
 from shared.reconcile.claims import Claims
 from shared.triggers.debounce import _keys
 from tests.conftest import new_key
@@ -158,8 +158,8 @@ def test_erase_from_the_command_line(
     settings: Any, committed_factory: sessionmaker[Session], database_url: str, redis_url: str
 ) -> None:
     from shared.auth.service import org_for_key
-    from shared.db.uow import UnitOfWork
-    from shared.queue import RecordingQueue
+    from shared.infra.db.uow import UnitOfWork
+    from shared.infra.queue import RecordingQueue
     from web.app import create_app
 
     key = new_key(committed_factory)
@@ -193,9 +193,9 @@ def test_redis_down_still_erases_the_rows_and_leaves_the_keys_to_expire(
     auth: dict[str, str],
     session_factory: sessionmaker[Session],
 ) -> None:
-    from shared.db.uow import UnitOfWork
     from shared.erasure.service import erase_user_everywhere
-    from shared.queue import RecordingQueue
+    from shared.infra.db.uow import UnitOfWork
+    from shared.infra.queue import RecordingQueue
 
     ada = _fill(client, auth, "ada")
     down = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)

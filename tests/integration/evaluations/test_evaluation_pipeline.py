@@ -12,10 +12,10 @@ from flask.testing import FlaskClient
 from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.db.uow import UnitOfWork
 from shared.evaluations.pipeline import evaluate_topic
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from shared.llm.openai_provider import OpenAIProvider
-from shared.queue import RecordingQueue
 from tests.helpers import new_session, post_message
 from tests.llm_server import FakeOpenAI
 

@@ -17,9 +17,9 @@ from click.testing import CliRunner
 from sqlalchemy import text
 
 from shared.auth.service import create_api_key
-from shared.config import Settings
-from shared.db.uow import UnitOfWork
-from shared.queue import RecordingQueue
+from shared.infra.config import Settings
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from tests.integration.reevaluations.system import System, campaign_system
 from tests.integration.reevaluations.world import campaign_rows, topics_of
 from tests.llm_server import FakeOpenAI

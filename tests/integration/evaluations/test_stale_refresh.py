@@ -17,11 +17,11 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.db.uow import UnitOfWork
 from shared.evaluations.models import Evaluation
 from shared.evaluations.pipeline import evaluate_topic
 from shared.evaluations.summarize import summarize_topic
-from shared.queue import RecordingQueue
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from tests.forks import (
     AlphaThenBeta,
     HeldLLM,

@@ -21,9 +21,10 @@ import redis
 from flask.testing import FlaskClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.config import Settings
-from shared.db.uow import UnitOfWork
 from shared.evaluations.summarize import summarize_topic
+from shared.infra.config import Settings
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from shared.llm.base import LLMError, SummaryRequest, TranscriptLine
 from shared.llm.factory import make_llm
 from shared.llm.local_provider import LocalProvider
@@ -37,7 +38,6 @@ from shared.llm.ratelimit import (
     TokenBucket,
     estimate_tokens,
 )
-from shared.queue import RecordingQueue
 from tests.helpers import new_session, post_message
 from tests.llm_server import FakeOpenAI, Reply
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from shared.config import Settings
+from shared.infra.config import Settings
 from shared.llm.base import DriftRequest, LLMError, SummaryRequest, TranscriptLine
 from shared.llm.factory import make_llm
 from shared.llm.openai_provider import OpenAIProvider

@@ -8,9 +8,9 @@ import uuid
 
 import redis
 
+from shared.infra.queue import INVALIDATE_MEMORY, SUMMARIZE_TOPIC, Job, RecordingQueue
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
-from shared.queue import INVALIDATE_MEMORY, SUMMARIZE_TOPIC, Job, RecordingQueue
 from worker.context import WorkerJobQueue
 
 CLOSED_PORT_URL = "redis://127.0.0.1:1/0"  # nothing listens: every command fails

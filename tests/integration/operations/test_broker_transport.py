@@ -1,4 +1,4 @@
-"""shared/broker.py's Transport on the real broker: on a worker's connections (marked
+"""shared/infra/broker.py's Transport on the real broker: on a worker's connections (marked
 CONSUMER_POLLS), a consumer whose prefetch slots are all taken looks for a freed one
 every FULL_POLL_S, and any other poll lasts at most IDLE_POLL_S, not the 2 s celery's
 synloop (the gevent and threads pools) asks for. Other connections keep their polls."""
@@ -13,7 +13,7 @@ import pytest
 from kombu import Connection, Exchange, Message, Queue
 from kombu.transport import redis as kombu_redis
 
-from shared.broker import CONSUMER_POLLS, FULL_POLL_S, IDLE_POLL_S, Transport
+from shared.infra.broker import CONSUMER_POLLS, FULL_POLL_S, IDLE_POLL_S, Transport
 
 SYNLOOP_TIMEOUT_S = 2.0  # what celery's synloop passes to drain_events
 A_WORKERS = {CONSUMER_POLLS: True}  # as worker/context.py marks a worker's connections

@@ -35,7 +35,7 @@ def test_keys_create_prints_a_working_key_on_the_last_line(
     key = result.stdout.strip().splitlines()[-1]
     assert key.startswith("dl_")
 
-    from shared.queue import RecordingQueue
+    from shared.infra.queue import RecordingQueue
     from web.app import create_app
 
     client: FlaskClient = create_app(settings, queue=RecordingQueue()).test_client()

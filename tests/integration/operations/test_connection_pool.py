@@ -14,10 +14,15 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.models import Org
 from shared.auth.service import create_api_key
-from shared.config import Settings
-from shared.db.engine import PING_IDLE_S, bound_transactions, make_engine, make_session_factory
-from shared.db.uow import UnitOfWork
-from shared.queue import RecordingQueue
+from shared.infra.config import Settings
+from shared.infra.db.engine import (
+    PING_IDLE_S,
+    bound_transactions,
+    make_engine,
+    make_session_factory,
+)
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 
 
 def test_an_exhausted_pool_answers_503_naming_overload_then_recovers(
@@ -69,7 +74,7 @@ def test_a_bounded_transaction_gives_up_on_a_held_row_lock_and_a_runaway_stateme
         bounded.dispose()
 
 
-# --- dead pooled connections (shared/db/engine.py ping_idle_connections) -----------------
+# --- dead pooled connections (shared/infra/db/engine.py ping_idle_connections) -----------------
 
 
 def _backend_pid(engine: Any) -> int:

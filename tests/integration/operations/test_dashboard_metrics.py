@@ -21,9 +21,9 @@ import pytest
 import redis
 from celery import Celery
 
-from shared.broker import sender_settings
-from shared.db.migrate import upgrade
-from shared.queue import (
+from shared.infra.broker import sender_settings
+from shared.infra.db.migrate import upgrade
+from shared.infra.queue import (
     FAST_QUEUE,
     LLM_QUEUE,
     RECONCILE,
@@ -32,7 +32,7 @@ from shared.queue import (
     CeleryJobQueue,
     Job,
 )
-from shared.runtime import Endpoints
+from shared.infra.runtime import Endpoints
 from tests import services
 from tests.dashboards import STANDARD_SERIES, dashboard_expressions, metric_names, rule_expressions
 from tests.faults.conftest import new_api_key

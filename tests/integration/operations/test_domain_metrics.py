@@ -14,14 +14,14 @@ from flask.testing import FlaskClient
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.db.uow import UnitOfWork
 from shared.evaluations.pipeline import evaluate_topic
 from shared.evaluations.summarize import summarize_topic
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.metrics import count_on_commit
+from shared.infra.queue import Job, RecordingQueue
 from shared.llm.base import DriftRequest, LLMError, SummaryRequest, TranscriptLine
 from shared.llm.local_provider import LOCAL_MODEL, LocalProvider
 from shared.llm.openai_provider import OpenAIProvider
-from shared.metrics import count_on_commit
-from shared.queue import Job, RecordingQueue
 from shared.triggers.debounce import Debouncer
 from shared.triggers.service import debounce_trigger
 from tests.helpers import new_session, post_message

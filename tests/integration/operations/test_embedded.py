@@ -7,7 +7,7 @@ from pathlib import Path
 import psycopg2
 import redis
 
-from shared.embedded import start_postgres, start_redis
+from shared.infra.embedded import start_postgres, start_redis
 
 
 def test_embedded_redis_starts_once_and_is_reused(tmp_path: Path) -> None:

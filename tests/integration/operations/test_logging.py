@@ -13,10 +13,10 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared import logcontext
-from shared.config import Settings
-from shared.logs import LogFormat, configure_logging
-from shared.queue import Job
+from shared.infra import logcontext
+from shared.infra.config import Settings
+from shared.infra.logs import LogFormat, configure_logging
+from shared.infra.queue import Job
 from tests.helpers import new_session
 
 
@@ -75,7 +75,7 @@ def test_a_request_log_line_is_json_with_the_request_and_topic_ids(
     [line] = lost_job_lines(stream)
     assert line["request_id"] == "agent-run-42.7"
     assert line["topic_id"] == tid
-    assert (line["level"], line["logger"]) == ("ERROR", "shared.db.uow")
+    assert (line["level"], line["logger"]) == ("ERROR", "shared.infra.db.uow")
     assert "ConnectionError: broker down" in line["exc_info"] and line["timestamp"]
     assert logcontext.current() == {}  # nothing outlives the request
 
@@ -115,7 +115,7 @@ def test_text_format_appends_the_bound_ids(
     )
     [line] = [line for line in stream.getvalue().splitlines() if "could not send" in line]
     assert line.endswith(f"[request_id=r-1 topic_id={tid}]")
-    assert " ERROR shared.db.uow: could not send " in line
+    assert " ERROR shared.infra.db.uow: could not send " in line
 
 
 def test_configuring_twice_replaces_the_handler(capture_logs: Any) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import psycopg2
 from sqlalchemy import create_engine, inspect
 
-from shared.db.engine import sqlalchemy_url
-from shared.db.migrate import check, upgrade
+from shared.infra.db.engine import sqlalchemy_url
+from shared.infra.db.migrate import check, upgrade
 from tests import services
 
 
@@ -20,7 +20,7 @@ def test_migrations_run_from_empty_and_downgrade_cleanly() -> None:
     )
     from alembic import command
 
-    from shared.db.migrate import alembic_config
+    from shared.infra.db.migrate import alembic_config
 
     upgrade(url)
     upgrade(url)  # a second `db upgrade` is a no-op

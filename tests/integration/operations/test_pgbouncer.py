@@ -32,8 +32,8 @@ import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import make_url
 
-from shared.config import Settings
-from shared.db.migrate import alembic_config, upgrade
+from shared.infra.config import Settings
+from shared.infra.db.migrate import alembic_config, upgrade
 from tests import services
 from tests.conftest import new_key
 from tests.helpers import new_session, post_message, wait_for
@@ -206,7 +206,7 @@ def bouncer_settings(
 def test_concurrent_api_requests_share_a_few_server_connections(
     migrated: Bouncer, bouncer_settings: Settings
 ) -> None:
-    from shared.queue import RecordingQueue
+    from shared.infra.queue import RecordingQueue
     from web.app import create_app
 
     app = create_app(bouncer_settings, queue=RecordingQueue())
@@ -261,7 +261,7 @@ def test_a_worker_behind_pgbouncer_summarizes_and_promotes(
     migrated: Bouncer, bouncer_settings: Settings, fake_openai: FakeOpenAI
 ) -> None:
     import worker.tasks  # noqa: F401  (registers the shared tasks before the app finalizes)
-    from shared.queue import CeleryJobQueue
+    from shared.infra.queue import CeleryJobQueue
     from web.app import create_app
     from worker.app import make_celery
     from worker.context import context_of

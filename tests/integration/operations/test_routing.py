@@ -5,8 +5,15 @@ from __future__ import annotations
 import pytest
 import redis
 
-from shared.config import Settings
-from shared.queue import FAST_QUEUE, LLM_QUEUE, RECONCILE, SUMMARIZE_TOPIC, CeleryJobQueue, Job
+from shared.infra.config import Settings
+from shared.infra.queue import (
+    FAST_QUEUE,
+    LLM_QUEUE,
+    RECONCILE,
+    SUMMARIZE_TOPIC,
+    CeleryJobQueue,
+    Job,
+)
 from tests import services
 from worker.app import make_celery
 

@@ -31,8 +31,8 @@ from celery import Celery
 from prometheus_client import CollectorRegistry, generate_latest
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.config import Settings
-from shared.queue import SUMMARIZE_TOPIC, CeleryJobQueue, Job, RecordingQueue
+from shared.infra.config import Settings
+from shared.infra.queue import SUMMARIZE_TOPIC, CeleryJobQueue, Job, RecordingQueue
 from tests.helpers import new_session, post_message, scrape, wait_for
 from worker.app import make_celery
 from worker.metrics import QueueDepthCollector

@@ -18,13 +18,10 @@ from flask.testing import FlaskClient
 from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.db.uow import UnitOfWork
 from shared.evaluations.pipeline import evaluate_topic
 from shared.evaluations.summarize import summarize_topic
-from shared.llm.local_provider import LocalProvider
-from shared.memory.cache import MemoryCache
-from shared.memory.scope import Scope
-from shared.queue import (
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import (
     EVALUATE_TOPIC,
     INVALIDATE_MEMORY,
     SUMMARIZE_TOPIC,
@@ -32,6 +29,9 @@ from shared.queue import (
     JobQueue,
     RecordingQueue,
 )
+from shared.llm.local_provider import LocalProvider
+from shared.memory.cache import MemoryCache
+from shared.memory.scope import Scope
 from shared.reconcile.claims import Claims
 from shared.reconcile.service import (
     Reconciled,

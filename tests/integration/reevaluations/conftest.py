@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.config import Settings
+from shared.infra.config import Settings
 from tests.integration.reevaluations.system import System, campaign_system
 from tests.llm_server import FakeOpenAI
 

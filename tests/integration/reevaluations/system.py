@@ -19,11 +19,11 @@ from flask.testing import FlaskClient
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.config import Settings
-from shared.db.engine import make_engine, make_session_factory
-from shared.db.migrate import upgrade
-from shared.db.uow import UnitOfWork
-from shared.queue import ADVANCE_REEVALUATIONS, CeleryJobQueue, Job, RecordingQueue
+from shared.infra.config import Settings
+from shared.infra.db.engine import make_engine, make_session_factory
+from shared.infra.db.migrate import upgrade
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import ADVANCE_REEVALUATIONS, CeleryJobQueue, Job, RecordingQueue
 from tests import services
 from tests.conftest import new_key
 from tests.helpers import wait_for

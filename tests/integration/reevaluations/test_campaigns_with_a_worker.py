@@ -9,8 +9,8 @@ import datetime as dt
 import uuid
 from typing import Any
 
+from shared.infra.queue import START_STALE_REEVALUATION, SUMMARIZE_TOPIC, CeleryJobQueue, Job
 from shared.llm.prompts import SUMMARY_PROMPT_VERSION
-from shared.queue import START_STALE_REEVALUATION, SUMMARIZE_TOPIC, CeleryJobQueue, Job
 from shared.reevaluations.pump import advance_campaign
 from tests.helpers import wait_for
 from tests.integration.reevaluations.system import MODEL, System

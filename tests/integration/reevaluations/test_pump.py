@@ -16,9 +16,9 @@ from flask.testing import FlaskClient
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.db.uow import UnitOfWork
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import DELIVER_WEBHOOK, EVALUATE_TOPIC, SUMMARIZE_TOPIC, RecordingQueue
 from shared.llm.prompts import SUMMARY_PROMPT_VERSION
-from shared.queue import DELIVER_WEBHOOK, EVALUATE_TOPIC, SUMMARIZE_TOPIC, RecordingQueue
 from shared.reevaluations.pump import ITEM_TIMEOUT, Tick, advance_campaign, settle_item
 from shared.reevaluations.selection import Maker, Selection, count_topics
 from shared.reevaluations.service import start_stale_campaign

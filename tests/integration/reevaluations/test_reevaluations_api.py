@@ -13,8 +13,8 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.db.uow import UnitOfWork
-from shared.queue import RecordingQueue
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from shared.reevaluations.pump import advance_campaign
 from tests.integration.reevaluations.world import campaign, campaign_rows, start, topics_of
 

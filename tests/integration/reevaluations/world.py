@@ -9,8 +9,8 @@ from flask.testing import FlaskClient
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.db.uow import UnitOfWork
-from shared.queue import RecordingQueue
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from shared.reevaluations.models import ReevaluationCampaign
 from tests.helpers import new_session, post_message
 

@@ -17,13 +17,19 @@ from flask.testing import FlaskClient
 from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.config import Settings
-from shared.db.uow import UnitOfWork
 from shared.evaluations.summarize import summarize_topic
+from shared.infra.config import Settings
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import (
+    PURGE_IDLE_SESSIONS,
+    SUMMARIZE_TOPIC,
+    TASK_ROUTES,
+    Job,
+    RecordingQueue,
+)
 from shared.llm.local_provider import LocalProvider
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
-from shared.queue import PURGE_IDLE_SESSIONS, SUMMARIZE_TOPIC, TASK_ROUTES, Job, RecordingQueue
 from shared.retention.service import Purged, purge_idle_sessions
 from shared.sessions.fork import fork_topic, record_fork
 from shared.summaries.transcript import HEAD_MESSAGES, read_transcript

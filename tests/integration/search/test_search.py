@@ -15,8 +15,8 @@ from flask.testing import FlaskClient
 from sqlalchemy import text, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.db.uow import UnitOfWork
-from shared.queue import RecordingQueue
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from shared.retention.service import purge_session
 from shared.search import ranking
 from shared.topics.models import Topic

@@ -14,11 +14,11 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.service import org_for_key
-from shared.config import Settings
-from shared.db.uow import UnitOfWork
-from shared.errors import Invalid
-from shared.limits import MAX_BATCH_MESSAGES, MAX_MESSAGE_CHARS
-from shared.queue import EVALUATE_TOPIC, RecordingQueue
+from shared.domain.errors import Invalid
+from shared.domain.limits import MAX_BATCH_MESSAGES, MAX_MESSAGE_CHARS
+from shared.infra.config import Settings
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import EVALUATE_TOPIC, RecordingQueue
 from shared.sessions.models import Message
 from shared.sessions.posting import NewMessage, PostedMessages, post_messages
 from shared.sessions.service import create_session, open_topic
@@ -227,7 +227,7 @@ def test_a_topic_opened_after_a_post_in_the_same_transaction_is_summarized(
     uow: UnitOfWork, queue: RecordingQueue, api_key: str
 ) -> None:
     """The post writes with Core statements; ORM objects read before it must not hide it."""
-    from shared.queue import SUMMARIZE_TOPIC
+    from shared.infra.queue import SUMMARIZE_TOPIC
     from shared.sessions.service import active_topic, open_topic
 
     with uow:

@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy.exc import IntegrityError
 
 from shared.auth.models import Org
-from shared.db.uow import UnitOfWork
 from shared.facts.models import FactsDocument
+from shared.infra.db.uow import UnitOfWork
 from shared.notes.models import NotesDocument
 from shared.sessions.service import create_session
 

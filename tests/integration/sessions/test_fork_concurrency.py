@@ -10,11 +10,11 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.config import Settings
-from shared.db.uow import UnitOfWork
 from shared.evaluations.pipeline import evaluate_topic
+from shared.infra.config import Settings
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from shared.llm.base import Completion, DriftRequest, SummaryRequest
-from shared.queue import RecordingQueue
 from shared.sessions.models import Message
 from shared.sessions.service import active_topic
 from shared.topics.models import Topic

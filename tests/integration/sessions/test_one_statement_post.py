@@ -10,10 +10,10 @@ from psycopg2.extensions import TRANSACTION_STATUS_IDLE, TRANSACTION_STATUS_INTR
 from sqlalchemy import Engine, func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.db.engine import make_engine, make_session_factory
-from shared.db.uow import UnitOfWork
-from shared.errors import NotFound
-from shared.queue import EVALUATE_TOPIC, RecordingQueue
+from shared.domain.errors import NotFound
+from shared.infra.db.engine import make_engine, make_session_factory
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import EVALUATE_TOPIC, RecordingQueue
 from shared.sessions.models import Message
 from shared.sessions.posting import NewMessage, post_messages
 from tests.helpers import committed_session

@@ -12,9 +12,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.service import create_api_key
-from shared.config import Settings
-from shared.db.uow import UnitOfWork
-from shared.queue import RecordingQueue
+from shared.infra.config import Settings
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from shared.sessions.models import Message
 from shared.topics.models import Topic
 from tests.helpers import new_session

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask.testing import FlaskClient
 
-from shared.queue import SUMMARIZE_TOPIC, RecordingQueue
+from shared.infra.queue import SUMMARIZE_TOPIC, RecordingQueue
 from tests.helpers import new_session, post_message
 
 

@@ -32,12 +32,12 @@ from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.service import create_api_key, org_for_key
-from shared.bootstrap import Runtime
-from shared.config import Settings
 from shared.curation.rules import KEEP_SET_BY_USER
-from shared.db.engine import make_engine, make_session_factory
-from shared.db.uow import UnitOfWork
-from shared.queue import INVALIDATE_MEMORY, RecordingQueue
+from shared.infra.bootstrap import Runtime
+from shared.infra.config import Settings
+from shared.infra.db.engine import make_engine, make_session_factory
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import INVALIDATE_MEMORY, RecordingQueue
 from shared.sessions.service import create_session
 from shared.tools.definitions import BUILT_IN_TOOLS
 from tests.helpers import new_session, post_message, wait_for

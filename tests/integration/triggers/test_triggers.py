@@ -15,10 +15,10 @@ from flask.testing import FlaskClient
 from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.config import Settings
-from shared.db.uow import UnitOfWork
 from shared.evaluations.requests import idle_topics
-from shared.queue import EVALUATE_TOPIC, FIRE_DEBOUNCE, Job, RecordingQueue
+from shared.infra.config import Settings
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import EVALUATE_TOPIC, FIRE_DEBOUNCE, Job, RecordingQueue
 from shared.triggers.debounce import Debouncer, _keys
 from tests.helpers import new_session, post_message
 

@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.db.uow import UnitOfWork
-from shared.queue import RecordingQueue
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from shared.usage.models import LLMUsage
 
 Row = tuple[Any, ...]  # model, purpose, outcome, prompt and completion tokens

@@ -13,9 +13,9 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.service import org_for_key
-from shared.db.uow import UnitOfWork
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from shared.llm.base import LLMCall, Usage
-from shared.queue import RecordingQueue
 from shared.usage.models import LLMUsage
 from shared.usage.service import record_llm_usage
 

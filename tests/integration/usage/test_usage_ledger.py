@@ -15,17 +15,17 @@ from prometheus_client import REGISTRY
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.config import Settings
-from shared.db.engine import make_engine, make_session_factory
-from shared.db.uow import UnitOfWork
 from shared.evaluations.models import Evaluation
 from shared.evaluations.pipeline import evaluate_topic
 from shared.evaluations.summarize import summarize_topic
+from shared.infra.config import Settings
+from shared.infra.db.engine import make_engine, make_session_factory
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from shared.llm.base import LLMCall, SummaryRequest, TranscriptLine, Usage
 from shared.llm.factory import make_llm
 from shared.llm.local_provider import LOCAL_MODEL, LocalProvider
 from shared.llm.openai_provider import OpenAIProvider
-from shared.queue import RecordingQueue
 from shared.usage.models import LLMUsage
 from shared.usage.service import UsageLedger
 from tests.helpers import new_session, post_message

@@ -15,8 +15,8 @@ from flask.testing import FlaskClient
 from prometheus_client import REGISTRY
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.config import Settings
-from shared.queue import CeleryJobQueue
+from shared.infra.config import Settings
+from shared.infra.queue import CeleryJobQueue
 from tests.conftest import new_key
 from tests.helpers import new_session, post_message, wait_for
 from tests.integration.usage.ledger import Row, rows_of

@@ -8,7 +8,7 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import Connection, text
 
-from shared.config import Settings
+from shared.infra.config import Settings
 from tests.helpers import new_session
 
 TABLES = ("sessions", "topics", "messages", "agents")

@@ -7,8 +7,8 @@ from typing import Any
 import redis
 from flask.testing import FlaskClient
 
-from shared.live import publish
-from shared.queue import FIRE_DEBOUNCE, RecordingQueue
+from shared.infra.live import publish
+from shared.infra.queue import FIRE_DEBOUNCE, RecordingQueue
 from tests.helpers import new_session, post_message
 
 

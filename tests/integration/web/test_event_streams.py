@@ -17,11 +17,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from werkzeug.test import TestResponse
 
 from shared.auth.service import org_for_key
-from shared.config import Settings
-from shared.db.uow import UnitOfWork
-from shared.live import publish
-from shared.live_streams import streams_key
-from shared.queue import FIRE_DEBOUNCE, RecordingQueue
+from shared.infra.config import Settings
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.live import publish
+from shared.infra.live_streams import streams_key
+from shared.infra.queue import FIRE_DEBOUNCE, RecordingQueue
 from tests.helpers import new_session
 from web.views import live
 

@@ -5,8 +5,8 @@ from typing import Any
 from flask.testing import FlaskClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.config import Settings
-from shared.queue import RecordingQueue
+from shared.infra.config import Settings
+from shared.infra.queue import RecordingQueue
 from tests.helpers import new_session
 
 

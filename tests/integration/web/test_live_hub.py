@@ -1,4 +1,4 @@
-"""One Redis subscription per process feeds every live stream of it (shared/live.py)."""
+"""One Redis subscription per process feeds every live stream of it (shared/infra/live.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from shared.live import Listener, LiveHub, publish
+from shared.infra.live import Listener, LiveHub, publish
 
 PATIENCE_S = 10.0
 

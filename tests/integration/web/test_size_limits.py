@@ -3,7 +3,7 @@
 The attack: the facts cap lived in the PUT /facts view, so five `important_info $set` of
 200 KB built a 1 MB facts document (a 250k-token stable prefix), after which the user's
 own `PUT /facts {"small": 1}` was 413; the tool messages stored 200 KB of arguments past
-the 100,000-character message limit. The caps now live in the domain (shared/limits.py).
+the 100,000-character message limit. The caps now live in the domain (shared/domain/limits.py).
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import Connection, text
 
-from shared.db.uow import UnitOfWork
-from shared.errors import Invalid
-from shared.limits import (
+from shared.domain.errors import Invalid
+from shared.domain.limits import (
     MAX_FACT_VALUE_BYTES,
     MAX_FACTS_BYTES,
     MAX_MESSAGE_CHARS,
     MAX_NOTES_CHARS,
     json_size,
 )
+from shared.infra.db.uow import UnitOfWork
 from shared.sessions.service import active_topic, append_message, load_session
 from tests.helpers import new_session
 

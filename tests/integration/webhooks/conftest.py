@@ -8,8 +8,8 @@ from cryptography.fernet import Fernet
 from flask.testing import FlaskClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.config import Settings
-from shared.queue import RecordingQueue
+from shared.infra.config import Settings
+from shared.infra.queue import RecordingQueue
 
 SEALING_KEY = Fernet.generate_key().decode()
 

@@ -14,8 +14,8 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.models import Org
-from shared.db.uow import UnitOfWork
-from shared.queue import DELIVER_WEBHOOK, RecordingQueue
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import DELIVER_WEBHOOK, RecordingQueue
 from shared.webhooks import delivery
 from shared.webhooks.delivery import Answer, Attempt, Policy, attempt, claim, overdue_jobs, settle
 from shared.webhooks.events import FACTS_CHANGED, record_event

@@ -16,8 +16,8 @@ from flask.testing import FlaskClient
 from prometheus_client import REGISTRY
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.config import Settings
-from shared.queue import CeleryJobQueue
+from shared.infra.config import Settings
+from shared.infra.queue import CeleryJobQueue
 from shared.webhooks.delivery import SLOTS_PER_WEBHOOK
 from tests.conftest import new_key
 from tests.helpers import wait_for

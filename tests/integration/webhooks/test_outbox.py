@@ -10,11 +10,11 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.db.uow import UnitOfWork
-from shared.errors import Invalid
+from shared.domain.errors import Invalid
 from shared.facts.service import merge_facts
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import DELIVER_WEBHOOK, RecordingQueue
 from shared.memory.scope import Scope
-from shared.queue import DELIVER_WEBHOOK, RecordingQueue
 from tests.helpers import new_session, post_message
 from tests.integration.webhooks.outbox import deliveries_of, events_of
 

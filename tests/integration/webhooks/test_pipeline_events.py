@@ -11,11 +11,11 @@ from typing import Any
 from flask.testing import FlaskClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.db.uow import UnitOfWork
 from shared.evaluations.pipeline import evaluate_topic
 from shared.evaluations.summarize import summarize_topic
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
 from shared.llm.openai_provider import OpenAIProvider
-from shared.queue import RecordingQueue
 from shared.webhooks.events import EVENT_TYPES
 from tests.helpers import new_session, post_message
 from tests.integration.webhooks.outbox import events_of

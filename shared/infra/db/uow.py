@@ -8,8 +8,8 @@ from types import TracebackType
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.limits import Limits
-from shared.queue import Job, JobQueue
+from shared.domain.limits import Limits
+from shared.infra.queue import Job, JobQueue
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class UnitOfWork:
         # psycopg2's own switch, not SQLAlchemy's isolation_level="AUTOCOMMIT": switching
         # back from that costs a round trip of its own (SET default_transaction_isolation)
         # when the connection returns to the pool. This one is switched back for free on
-        # the way back (shared/db/engine.py). SQLAlchemy's BEGIN and COMMIT become no-ops.
+        # the way back (shared/infra/db/engine.py). SQLAlchemy's BEGIN and COMMIT become no-ops.
         self._statement.connection.dbapi_connection.autocommit = True  # type: ignore[union-attr]
 
     def connection(self) -> Connection:

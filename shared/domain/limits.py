@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from shared.errors import Invalid, TooLarge
+from shared.domain.errors import Invalid, TooLarge
 
 DEFAULT_MAX_JSON_DEPTH = 32
 MAX_MESSAGE_CHARS = 100_000

@@ -30,7 +30,7 @@ class Invalid(DomainError):
 
 
 class TooLarge(DomainError):
-    """What the request would store passes a size limit (shared/limits.py)."""
+    """What the request would store passes a size limit (shared/domain/limits.py)."""
 
     code = "too_large"
 

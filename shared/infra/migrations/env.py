@@ -1,12 +1,12 @@
-"""Alembic environment: the URL comes from the caller (shared.db.migrate), never from a file."""
+"""Alembic environment: the URL comes from the caller (shared.infra.db.migrate), not a file."""
 
 from __future__ import annotations
 
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from shared.db.engine import sqlalchemy_url
-from shared.models import Base
+from shared.infra.db.engine import sqlalchemy_url
+from shared.infra.db.models import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -16,8 +16,8 @@ from pydantic import (
     model_validator,
 )
 
-from shared.crontab import parse_crontab
-from shared.sealing import parse_keys
+from shared.infra.crontab import parse_crontab
+from shared.infra.sealing import parse_keys
 
 DEFAULT_LLM_MODEL = "gpt-4o-mini"
 

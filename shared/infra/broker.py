@@ -28,11 +28,11 @@ from kombu.transport import redis as kombu_redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from shared.queue import FAST_QUEUE, LLM_QUEUE, TASK_ROUTES, WEBHOOK_QUEUE
-from shared.runtime import Endpoints
+from shared.infra.queue import FAST_QUEUE, LLM_QUEUE, TASK_ROUTES, WEBHOOK_QUEUE
+from shared.infra.runtime import Endpoints
 
 # celery's broker_transport for redis:// and rediss:// broker URLs.
-TRANSPORT = "shared.broker:Transport"
+TRANSPORT = "shared.infra.broker:Transport"
 REDIS_SCHEMES = ("redis://", "rediss://")
 # A transport option a worker sets on its own connections (worker/context.py): its
 # consumer loop polls through `drain_events`, so the Transport caps those polls. Nowhere

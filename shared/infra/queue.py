@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from shared.metrics import JOBS_ENQUEUED, JOBS_SEND_FAILED
+from shared.infra.metrics import JOBS_ENQUEUED, JOBS_SEND_FAILED
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,9 @@
 from shared.agents.models import AgentProfile
 from shared.auth.models import ApiKey, Org
 from shared.curation.models import MemoryChange
-from shared.db.base import Base
 from shared.evaluations.models import Evaluation
 from shared.facts.models import FactsDocument
+from shared.infra.db.base import Base
 from shared.memory.versions import MemoryVersion
 from shared.notes.models import NotesDocument
 from shared.reevaluations.models import ReevaluationCampaign, ReevaluationItem

@@ -2,7 +2,7 @@
 
 One handler on the root logger, writing to stderr: JSON lines (LOG_FORMAT=json, the
 default, for log shippers) or plain text (LOG_FORMAT=text, for humans). Either way each
-line carries the ids bound in `shared.logcontext` (request_id, task_id, topic_id). The
+line carries the ids bound in `shared.infra.logcontext` (request_id, task_id, topic_id). The
 level comes from LOG_LEVEL (default INFO).
 """
 
@@ -15,7 +15,7 @@ from typing import IO, Literal
 
 from pythonjsonlogger.json import JsonFormatter
 
-from shared import logcontext
+from shared.infra import logcontext
 
 LogFormat = Literal["json", "text"]
 

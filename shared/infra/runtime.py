@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.config import Settings
+from shared.infra.config import Settings
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ def database_url_of(settings: Settings) -> str:
     """The configured database URL, or the embedded server's (started if need be)."""
     if settings.database_url is not None:
         return settings.database_url
-    from shared.embedded import start_postgres
+    from shared.infra.embedded import start_postgres
 
     return start_postgres(settings.home).url
 
@@ -27,7 +27,7 @@ def redis_url_of(settings: Settings) -> str:
     """The configured Redis URL, or the embedded server's (started if need be)."""
     if settings.redis_url is not None:
         return settings.redis_url
-    from shared.embedded import start_redis
+    from shared.infra.embedded import start_redis
 
     return start_redis(settings.home).url
 

@@ -21,14 +21,19 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.cache import KeyCache
-from shared.config import Settings
-from shared.db.engine import POOL_TIMEOUT_S, bound_transactions, make_engine, make_session_factory
-from shared.db.uow import UnitOfWork
-from shared.limits import Limits
+from shared.domain.limits import Limits
+from shared.infra.config import Settings
+from shared.infra.db.engine import (
+    POOL_TIMEOUT_S,
+    bound_transactions,
+    make_engine,
+    make_session_factory,
+)
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import JobQueue, RecordingQueue
+from shared.infra.runtime import Endpoints, resolve_endpoints
 from shared.llm.base import LLM
 from shared.llm.factory import make_llm
-from shared.queue import JobQueue, RecordingQueue
-from shared.runtime import Endpoints, resolve_endpoints
 from shared.triggers.debounce import Debouncer
 from shared.usage.service import UsageLedger
 from shared.webhooks.delivery import Policy
