@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shared.llm.base import DriftRequest, TranscriptLine
+from shared.llm.bounds import MAX_TRANSCRIPT_CHARS, cap_line, line_size, newest_that_fit
 
 # Messages before the scan-back window shown as the topic's context.
 EARLIER_CONTEXT = 20
@@ -34,12 +35,22 @@ def build_drift_request(
 ) -> DriftRequest:
     """`recent` is the topic's newest messages, oldest first (at least `scan_back` +
     EARLIER_CONTEXT when the topic has them): the last `scan_back` are the window.
-    `org_id` is the topic's org, whose call the detection will be."""
-    window = list(recent[-scan_back:])
-    earlier = list(recent[:-scan_back][-EARLIER_CONTEXT:]) if len(recent) > scan_back else []
+    `org_id` is the topic's org, whose call the detection will be.
+
+    Bounded as the summary's transcript is (shared/llm/bounds.py): each message is cut,
+    and the window, then the earlier context, keep their newest messages that fit in
+    what the title and summary leave of MAX_TRANSCRIPT_CHARS.
+    """
+    window = [cap_line(line) for line in recent[-scan_back:]]
+    before = [cap_line(line) for line in recent[:-scan_back][-EARLIER_CONTEXT:]]
+    budget = MAX_TRANSCRIPT_CHARS - len(topic_title or "") - len(topic_summary or "")
+    shown = newest_that_fit(reversed(window), budget)
+    budget -= sum(line_size(line) for line in shown)
+    # Once the window lost a message, an older one shown would leave a gap before it.
+    earlier = newest_that_fit(reversed(before), budget) if len(shown) == len(window) else []
     return DriftRequest(
-        topic_title=topic_title, topic_summary=topic_summary, earlier=earlier, window=window,
-        org_id=org_id,
+        topic_title=topic_title, topic_summary=topic_summary, earlier=earlier, window=shown,
+        org_id=org_id, omitted=len(window) - len(shown) + len(before) - len(earlier),
     )  # fmt: skip
 
 
@@ -66,7 +77,7 @@ def parse_drift_answer(text: str, request: DriftRequest) -> DriftDecision | None
     window_ids = [line.id for line in request.window]
     if first_id not in window_ids:
         return None
-    if first_id == window_ids[0] and not request.earlier:
+    if first_id == window_ids[0] and not request.earlier and not request.omitted:
         return None  # everything would move: the topic itself is the new subject
     title = answer.get("new_title")
     new_title = " ".join(title.split())[:MAX_NEW_TITLE_CHARS] if isinstance(title, str) else None

@@ -37,13 +37,18 @@ class SummaryRequest:
 
 @dataclass(frozen=True)
 class DriftRequest:
-    """One drift-detection call: the topic so far, and the scan-back window to judge."""
+    """One drift-detection call: the topic so far, and the scan-back window to judge.
+
+    `omitted` counts the messages before the shown ones that were left out to bound the
+    prompt (shared/llm/bounds.py): when it is > 0 the topic began before what is shown.
+    """
 
     topic_title: str | None
     topic_summary: str | None
     earlier: Sequence[TranscriptLine]  # the topic's messages before the window (bounded)
     window: Sequence[TranscriptLine]  # the last DRIFTLESS_SCAN_BACK messages, oldest first
     org_id: uuid.UUID | None = None  # whose call it is, for accounting; never sent
+    omitted: int = 0
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,10 @@ def drift_messages(request: DriftRequest) -> list[dict[str, str]]:
     """The drift-detection call: the topic so far, then the window one message a line."""
     title = one_line(request.topic_title or "") or "(none yet)"
     summary = one_line(request.topic_summary or "") or "(none yet)"
-    earlier = "\n".join(_earlier_lines(request.earlier)) or "(none)"
+    earlier_lines = _earlier_lines(request.earlier)
+    if request.omitted > 0:  # left out to bound the prompt: all older than what is shown
+        earlier_lines.insert(0, omission_marker(request.omitted))
+    earlier = "\n".join(earlier_lines) or "(none)"
     window = "\n".join(window_line(line) for line in request.window) or "(none)"
     content = (
         f"Topic title: {title}\n"

@@ -1,11 +1,12 @@
 """What a summarization call reads: the topic's history, bounded.
 
 The complete history can outgrow any model's context. A topic that fits in
-MAX_TRANSCRIPT_CHARS is sent whole. A longer one is sent as its opening messages (how the
-topic began: its subject) and as many of its newest messages as fit, with a marker saying
-how many were left out between them; the previous summary, written when the omitted
-messages were still in view, stands in for them. It stays one LLM call (R9), its cost
-is bounded, and the reads are two index range scans, never the whole topic.
+MAX_TRANSCRIPT_CHARS is sent whole (each message cut to MAX_LINE_CHARS: the caps of
+shared/llm/bounds.py, which drift detection shares). A longer one is sent as its opening
+messages (how the topic began: its subject) and as many of its newest messages as fit,
+with a marker saying how many were left out between them; the previous summary, written
+when the omitted messages were still in view, stands in for them. It stays one LLM call
+(R9), its cost is bounded, and the reads are two index range scans, never the whole topic.
 """
 
 from __future__ import annotations
@@ -17,11 +18,10 @@ from sqlalchemy import Row, bindparam, select
 
 from shared.infra.db.uow import UnitOfWork
 from shared.llm.base import SummaryRequest, TranscriptLine
+from shared.llm.bounds import MAX_TRANSCRIPT_CHARS, cap_line, line_size, newest_that_fit
 from shared.llm.prompts import OMISSION_AFTER_LINES
 from shared.sessions.models import Message
 
-MAX_TRANSCRIPT_CHARS = 48_000  # ≈ 12k tokens: fits small models with room to answer
-MAX_LINE_CHARS = 4_000  # one pasted document must not crowd out the conversation
 # The prompt puts its omission marker after this many lines (shared.llm.prompts).
 HEAD_MESSAGES = OMISSION_AFTER_LINES
 MAX_TAIL_MESSAGES = 400
@@ -55,16 +55,11 @@ _TAIL_NEWEST_FIRST = (
 
 
 def _line(message: Row[int, str, str, str | None]) -> TranscriptLine:
-    content = message.content
-    if len(content) > MAX_LINE_CHARS:
-        content = content[:MAX_LINE_CHARS] + " […]"
-    return TranscriptLine(
-        id=message.id, role=message.role, content=content, tool_name=message.tool_name
+    return cap_line(
+        TranscriptLine(
+            id=message.id, role=message.role, content=message.content, tool_name=message.tool_name
+        )
     )
-
-
-def _size(line: TranscriptLine) -> int:
-    return len(line.content) + 16
 
 
 def read_transcript(
@@ -93,16 +88,9 @@ def read_transcript(
             previous_summary=previous_summary if purged else None,
             org_id=org_id,
         )
-    budget = MAX_TRANSCRIPT_CHARS - sum(_size(line) for line in head) - len(notes or "")
-    tail: list[TranscriptLine] = []
+    budget = MAX_TRANSCRIPT_CHARS - sum(line_size(line) for line in head) - len(notes or "")
     newest_first = connection.execute(_TAIL_NEWEST_FIRST, {**in_topic, "after": head[-1].id})
-    for message in newest_first:
-        line = _line(message)
-        if _size(line) > budget:
-            break
-        tail.append(line)
-        budget -= _size(line)
-    tail.reverse()
+    tail = newest_that_fit((_line(message) for message in newest_first), budget)
     omitted = max(0, total_messages - len(head) - len(tail))
     return SummaryRequest(
         lines=head + tail,

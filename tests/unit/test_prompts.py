@@ -145,3 +145,17 @@ def test_drift_prompt_without_title_summary_or_earlier_messages() -> None:
     assert "Topic title: (none yet)" in text
     assert "Earlier messages:\n(none)" in text
     assert "[id=7] tool: (notes) done" in text
+
+
+def test_drift_prompt_marks_the_messages_left_out_to_bound_it() -> None:
+    request = DriftRequest(
+        topic_title="Billing",
+        topic_summary=None,
+        earlier=[TranscriptLine(id=5, role="user", content="Which database?")],
+        window=[TranscriptLine(id=41, role="user", content="Now, hiking.")],
+        omitted=3,
+    )
+    text = _user_text(drift_messages(request))
+    assert "Earlier messages:\n[… 3 earlier messages omitted …]\n[user] Which database?" in text
+    unbounded = _user_text(drift_messages(DriftRequest("Billing", None, [], request.window)))
+    assert "omitted" not in unbounded

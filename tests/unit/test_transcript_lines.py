@@ -6,8 +6,9 @@ tests/integration/evaluations/test_summarization.py; this pins the pure per-line
 
 from __future__ import annotations
 
+from shared.llm.bounds import MAX_LINE_CHARS, line_size
 from shared.sessions.models import Message
-from shared.summaries.transcript import MAX_LINE_CHARS, _line, _size
+from shared.summaries.transcript import _line
 
 
 def _message(content: str, role: str = "user", tool_name: str | None = None) -> Message:
@@ -27,7 +28,7 @@ def test_r9_one_pasted_document_is_cut_and_marked_so_it_cannot_crowd_out_the_res
     assert line.content == content[:MAX_LINE_CHARS] + " […]"
     # One character past the cap is cut the same way: the line costs what a cut line costs.
     one_more = _line(_message(content[: MAX_LINE_CHARS + 1]))
-    assert one_more == line and _size(one_more) == _size(line)
+    assert one_more == line and line_size(one_more) == line_size(line)
 
 
 def test_r9_the_cut_counts_characters_not_bytes() -> None:
@@ -43,5 +44,5 @@ def test_r7_a_tool_message_keeps_its_role_and_tool_name() -> None:
 
 def test_r9_a_lines_size_is_its_content_plus_a_fixed_overhead() -> None:
     short, longer = _line(_message("a")), _line(_message("a" * 101))
-    assert _size(longer) - _size(short) == 100
-    assert _size(short) > len(short.content)  # the id and role cost something too
+    assert line_size(longer) - line_size(short) == 100
+    assert line_size(short) > len(short.content)  # the id and role cost something too

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from shared.evaluations.pipeline import evaluate_topic
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import RecordingQueue
+from shared.llm.bounds import MAX_TRANSCRIPT_CHARS
 from shared.llm.openai_provider import OpenAIProvider
 from tests.helpers import new_session, post_message
 from tests.llm_server import FakeOpenAI
@@ -131,6 +132,23 @@ def test_r6_the_drift_prompt_lists_the_scan_back_window_by_id(
     assert window[-1] == f"[id={chat['ids'][-1]}] assistant: Lagazuoi first."
     for key in ("drift", "first_message_id", "new_title"):
         assert key in prompt
+
+
+def test_r6_ten_huge_messages_make_a_drift_prompt_no_larger_than_the_summarys(
+    client: FlaskClient, auth: dict[str, str], evaluate: Any, fake_openai: FakeOpenAI
+) -> None:
+    """Ten 99,000-character messages once made a drift call of 247,799 prompt tokens,
+    while the summary of the same topic stayed near 10,000: both now share one bound."""
+    session = new_session(client, auth)
+    for i in range(10):
+        post_message(client, auth, session["id"], (f"pasted document {i} " * 6000)[:99_000])
+    fake_openai.queue(drift_at(None, drift=False), json.dumps(SUMMARY))
+    evaluate(session["activeTopicId"])
+    drift, summary = (
+        sum(len(m["content"]) for m in request["messages"]) for request in fake_openai.requests
+    )
+    assert summary < MAX_TRANSCRIPT_CHARS + 4000  # the summary's bound (test_summarization)
+    assert drift < MAX_TRANSCRIPT_CHARS + 4000  # was 990,000 characters
 
 
 @pytest.mark.parametrize(

@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from shared.evaluations.summarize import summarize_topic
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import INVALIDATE_MEMORY, RecordingQueue
+from shared.llm.bounds import MAX_TRANSCRIPT_CHARS
 from shared.llm.openai_provider import OpenAIProvider
-from shared.summaries.transcript import MAX_TRANSCRIPT_CHARS
 from tests.helpers import new_session, post_message
 from tests.llm_server import FakeOpenAI
 
