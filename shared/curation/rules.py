@@ -43,11 +43,6 @@ class MemoryFlags:
         """R17's state of these flags (`shared.topics.models.memory_state`)."""
         return memory_state(keep=self.keep, deprecated=self.deprecated)
 
-    @property
-    def in_memory_block(self) -> bool:
-        """Promoted topics show their summary; deprecated ones leave a trace (R18)."""
-        return self.keep or self.deprecated
-
 
 @dataclass(frozen=True)
 class Refused:

@@ -7,6 +7,7 @@ import itertools
 import pytest
 
 from shared.curation.rules import (
+    DEPRECATED_TOPIC,
     DEPRECATION_SET_BY_USER,
     KEEP_SET_BY_USER,
     MIN_MEMORY_TURNS,
@@ -102,6 +103,17 @@ def test_r19_agent_curates_freely_until_a_human_decides() -> None:
     deprecated = agent_curates(fresh, "deprecate")
     assert isinstance(deprecated, MemoryFlags) and deprecated.state == "deprecated"
     assert isinstance(agent_curates(deprecated, "promote"), Refused)
+
+
+@pytest.mark.parametrize(
+    "flags", [f for f in ALL_FLAGS if f.deprecated and not f.keep_manually_set]
+)
+def test_r19_agent_cannot_promote_a_deprecated_topic(flags: MemoryFlags) -> None:
+    """Promoting would bring a topic the agent cannot un-deprecate back into memory."""
+    assert agent_curates(flags, "promote") == Refused(
+        "the topic is deprecated; only the user can un-deprecate it."
+    )
+    assert DEPRECATED_TOPIC == "the topic is deprecated; only the user can un-deprecate it."
 
 
 @pytest.mark.parametrize(

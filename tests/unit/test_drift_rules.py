@@ -19,6 +19,7 @@ from shared.drift.rules import (
     parse_drift_answer,
 )
 from shared.llm.base import DriftRequest, TranscriptLine
+from shared.llm.prompts import drift_messages
 
 
 def _lines(first: int, last: int) -> list[TranscriptLine]:
@@ -66,6 +67,18 @@ def test_r6_earlier_context_is_bounded_to_the_newest_messages_before_the_window(
     assert [line.id for line in request.window] == list(range(94, 101))
     assert len(request.earlier) == EARLIER_CONTEXT == 20
     assert [line.id for line in request.earlier] == list(range(74, 94))
+
+
+def test_r6_the_detector_is_shown_the_topics_summary() -> None:
+    """What the topic is about so far is what a new subject differs from."""
+    request = build_drift_request(
+        topic_title="Billing", topic_summary="Chose PostgreSQL for invoices.",
+        recent=_lines(1, 14), scan_back=10,
+    )  # fmt: skip
+    assert (request.topic_title, request.topic_summary) == (
+        "Billing", "Chose PostgreSQL for invoices.",
+    )  # fmt: skip
+    assert "Topic summary: Chose PostgreSQL for invoices." in drift_messages(request)[1]["content"]
 
 
 def test_r6_a_scan_back_of_one_judges_only_the_newest_message() -> None:
