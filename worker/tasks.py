@@ -31,13 +31,12 @@ from shared.infra.queue import (
     SUMMARIZE_TOPIC,
     SWEEP_IDLE,
 )
-from shared.llm.factory import configured_model
 from shared.llm.ratelimit import RateLimited
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
 from shared.reconcile.service import reconcile as reconcile_lost
 from shared.reevaluations.pump import advance_campaigns, settle_item
-from shared.reevaluations.service import start_stale_campaign
+from shared.reevaluations.service import start_scheduled_reevaluation
 from shared.retention.service import purge_idle_sessions as purge_idle
 from shared.triggers.service import fire_debounce as fire
 from shared.webhooks.delivery import WebhookSlots, deliver, overdue_jobs
@@ -242,12 +241,6 @@ def advance_reevaluations(self: Task) -> dict[str, int]:
 def start_stale_reevaluation(self: Task) -> str | None:
     """Beat, on DRIFTLESS_REEVALUATE_CRON: a campaign over every topic summarized by an older
     prompt version or model; none while the previous one still runs."""
-    model = configured_model(context_of(self.app).settings)
     with unit_of_work(self.app) as uow:
-        campaign = start_stale_campaign(uow=uow, model=model)
-        uow.commit()
-    if campaign is None:
-        log.info("the previous scheduled re-evaluation still runs; none started")
-        return None
-    log.info("scheduled re-evaluation %s started: %d topics", campaign.id, campaign.total)
-    return str(campaign.id)
+        started = start_scheduled_reevaluation(uow=uow, settings=context_of(self.app).settings)
+    return None if started is None else str(started)

@@ -7,6 +7,7 @@ and each topic's job settles the topic's item when it ends.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import math
 import uuid
 from collections.abc import Sequence
@@ -15,7 +16,9 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from shared.domain.errors import Conflict, Invalid, NotFound
+from shared.infra.config import Settings
 from shared.infra.db.uow import UnitOfWork
+from shared.llm.factory import configured_model
 from shared.llm.prompts import SUMMARY_PROMPT_VERSION
 from shared.reevaluations.models import ReevaluationCampaign
 from shared.reevaluations.pump import finish_if_settled
@@ -28,6 +31,8 @@ MIN_RATE = 0.1
 MAX_RATE = 1000.0
 MAX_SCOPE_ID = 200  # as the API's agentId and userId
 LISTED = 100  # GET /agents-api/reevaluations answers the newest this many
+
+log = logging.getLogger(__name__)
 
 
 def _check(
@@ -99,6 +104,17 @@ def start_stale_campaign(
             return start_campaign(uow=uow, org_id=None, origin="cron", stale_for=current, rate=rate)
     except IntegrityError:
         return None
+
+
+def start_scheduled_reevaluation(*, uow: UnitOfWork, settings: Settings) -> uuid.UUID | None:
+    """Beat's run: the stale campaign for the configured model, committed; its id or None."""
+    campaign = start_stale_campaign(uow=uow, model=configured_model(settings))
+    uow.commit()
+    if campaign is None:
+        log.info("the previous scheduled re-evaluation still runs; none started")
+        return None
+    log.info("scheduled re-evaluation %s started: %d topics", campaign.id, campaign.total)
+    return campaign.id
 
 
 def _find(
