@@ -64,6 +64,13 @@ class Message(Base):
         # The thread of a topic, newest first, is the hot read (context window, drift scan).
         Index("ix_messages_topic_id_id", "topic_id", "id"),
         Index("ix_messages_session_id_id", "session_id", "id"),
+        # A retried tool call finds its stored result by id (shared/tools/service.py).
+        Index(
+            "ix_messages_session_id_tool_call_id",
+            "session_id",
+            "tool_call_id",
+            postgresql_where=text("tool_call_id IS NOT NULL"),
+        ),
         # Recall (shared/search/): full-text search of a scope's messages.
         Index("ix_messages_search_vector", "search_vector", postgresql_using="gin"),
     )

@@ -2,6 +2,11 @@
 
 The call and its result are stored as two `tool` messages in the active topic, in the
 transaction that applied the tool, so the thread always shows what the tool did.
+
+A toolCallId names one call in its session: an agent runtime that lost an answer and
+retries the call with the same id gets the stored result, and the tool does not run
+again. Calls of a session are serialized by the session's row lock (R4), so a retry
+racing the first attempt waits for it and then finds its result.
 """
 
 from __future__ import annotations
@@ -11,15 +16,17 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import select
+
 from shared.curation.rules import Refused
 from shared.curation.service import agent_curate_memory
-from shared.domain.errors import Invalid, NotFound, TooLarge
+from shared.domain.errors import Conflict, Invalid, NotFound, TooLarge
 from shared.facts.service import merge_facts, read_facts, unset_fact
 from shared.infra.db.uow import UnitOfWork
 from shared.memory.scope import Scope
 from shared.notes.service import NotesView, append_notes, read_notes, replace_notes
 from shared.search.service import SearchQuery, hit_json, search
-from shared.sessions.models import ChatSession
+from shared.sessions.models import ChatSession, Message
 from shared.sessions.service import active_topic, append_message, load_session
 from shared.tools import arguments as args
 from shared.tools.definitions import BUILT_IN_TOOL_NAMES
@@ -91,6 +98,34 @@ def _run_recall(uow: UnitOfWork, scope: Scope, call: args.Recall) -> ToolResult:
     return ToolResult(ok=True, result={"results": [hit_json(hit) for hit in hits]})
 
 
+def _stored_result(
+    uow: UnitOfWork, *, session_id: uuid.UUID, tool_call_id: str, call_content: str
+) -> ToolResult | None:
+    """What the call with this id answered when it ran in this session, if it did."""
+    contents = uow.session.scalars(
+        select(Message.content)
+        .where(Message.session_id == session_id, Message.tool_call_id == tool_call_id)
+        .order_by(Message.id)
+    ).all()
+    if not contents:
+        return None
+    # The call's message, then its result: written together under the session's lock.
+    if call_content in contents[:-1]:
+        try:
+            stored = json.loads(contents[contents.index(call_content) + 1])
+        except ValueError:  # not the tool's result: messages posted under the same id
+            stored = None
+        if isinstance(stored, dict) and isinstance(stored.get("ok"), bool):
+            return ToolResult(
+                ok=stored["ok"], result=stored.get("result"), error=stored.get("error"),
+                tool_call_id=tool_call_id,
+            )  # fmt: skip
+    raise Conflict(
+        f"toolCallId {tool_call_id!r} already names another call in this session;"
+        " a retry repeats its call's tool and arguments, a new call needs a new id"
+    )
+
+
 def execute_tool(
     *,
     uow: UnitOfWork,
@@ -100,11 +135,24 @@ def execute_tool(
     arguments: Any,
     tool_call_id: str | None,
 ) -> ToolResult:
-    """Run a built-in tool; a refusal is a result `{ok: false}`, bad arguments are Invalid."""
+    """Run a built-in tool; a refusal is a result `{ok: false}`, bad arguments are Invalid.
+
+    A toolCallId this session already ran answers that run's result, without running.
+    """
     if name not in BUILT_IN_TOOL_NAMES:
         raise NotFound(f"no built-in tool named {name!r}; see GET /agents-api/tools")
     session = load_session(uow=uow, org_id=org_id, session_id=session_id, lock=True)
     call = args.parse_arguments(name, arguments, limits=uow.limits)
+    # Unescaped Unicode: the size limits count characters as the model reads them.
+    call_content = json.dumps(
+        {"call": {"name": name, "arguments": arguments}}, sort_keys=True, ensure_ascii=False
+    )
+    if tool_call_id is not None:
+        stored = _stored_result(
+            uow, session_id=session.id, tool_call_id=tool_call_id, call_content=call_content
+        )
+        if stored is not None:
+            return stored
     scope = Scope.of(session)
     topic = active_topic(uow=uow, session_id=session.id)
     try:
@@ -121,10 +169,7 @@ def execute_tool(
 
     call_id = tool_call_id or f"call_{uuid.uuid4().hex[:24]}"
     for content in (
-        # Unescaped Unicode: the size limits count characters as the model reads them.
-        json.dumps(
-            {"call": {"name": name, "arguments": arguments}}, sort_keys=True, ensure_ascii=False
-        ),
+        call_content,
         json.dumps(result.to_json(), sort_keys=True, default=str, ensure_ascii=False),
     ):
         append_message(
