@@ -39,8 +39,8 @@ from shared.reevaluations.pump import advance_campaigns, settle_item
 from shared.reevaluations.service import start_scheduled_reevaluation
 from shared.retention.service import purge_idle_sessions as purge_idle
 from shared.triggers.service import fire_debounce as fire
-from shared.webhooks.delivery import WebhookSlots, deliver, overdue_jobs
-from shared.webhooks.events import purge_old_events
+from shared.webhooks.delivery import WebhookSlots, deliver
+from shared.webhooks.service import dispatch_overdue
 from worker.context import context_of, unit_of_work
 
 log = logging.getLogger(__name__)
@@ -218,15 +218,10 @@ def deliver_webhook(self: Task, delivery_id: int) -> int:
 def dispatch_webhooks(self: Task) -> int:
     """Beat: a job for every webhook delivery overdue (its job lost, or a long backoff);
     events past their retention go."""
-    now = dt.datetime.now(dt.UTC)
-    grace = dt.timedelta(seconds=context_of(self.app).settings.reconcile_s)
     with unit_of_work(self.app) as uow:
-        jobs = overdue_jobs(uow, now=now, grace=grace)
-        for job in jobs:
-            uow.enqueue(job)
-        purge_old_events(uow, now=now)
-        uow.commit()
-    return len(jobs)
+        return dispatch_overdue(
+            uow=uow, now=dt.datetime.now(dt.UTC), period_s=context_of(self.app).settings.reconcile_s
+        )
 
 
 @shared_task(name=ADVANCE_REEVALUATIONS, bind=True)

@@ -7,7 +7,9 @@ A delivery job (worker/tasks.py `deliver_webhook`) runs `deliver`:
    backlog; a job that finds no slot free leaves its delivery to the slot holders.
 2. Holding the slot, it claims the delivery (`claim`: due, owed, not being attempted)
    and makes the attempt, outside any transaction: the Standard Webhooks headers, the
-   event's body as recorded, the URL's addresses checked again (and every redirect's).
+   event's body as recorded, sent to an address of the URL's host checked just before
+   (`targets.pin_target`), on every redirect hop too; redirects only within the URL's
+   origin (scheme, host and port), since each hop carries the signed body and headers.
 3. `settle` records the answer: delivered; or failed, due again after an exponential
    backoff with jitter; or dead after DRIFTLESS_WEBHOOK_MAX_ATTEMPTS.
 4. It goes on with the subscription's next due delivery, for up to DRAIN_BUDGET_S,
@@ -32,7 +34,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from urllib.parse import urljoin
 
 import httpx
 import redis
@@ -43,7 +44,7 @@ from shared.infra.db.uow import UnitOfWork
 from shared.infra.metrics import WEBHOOK_ATTEMPT_SECONDS, WEBHOOK_DELIVERIES, count_on_commit
 from shared.infra.queue import DELIVER_WEBHOOK, Job
 from shared.webhooks.secrets import SecretBox, SecretUnavailable
-from shared.webhooks.targets import UnsafeTarget, check_target
+from shared.webhooks.targets import Resolver, Target, UnsafeTarget, pin_target, resolve_system
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +126,12 @@ def claim(
     return None if row is None else Attempt(*row)
 
 
-def attempt(attempt: Attempt, *, http: httpx.Client, box: SecretBox, policy: Policy) -> Answer:
-    """POST the event to the subscription, signed; follow redirects to safe targets only."""
+def attempt(
+    attempt: Attempt, *, http: httpx.Client, box: SecretBox, policy: Policy,
+    resolve: Resolver = resolve_system,
+) -> Answer:  # fmt: skip
+    """POST the event to the subscription, signed, on an address checked for this very
+    hop; follow redirects within the subscription's origin only."""
     try:
         signer = Signer(box.open(attempt.sealed_secret))
     except SecretUnavailable as exc:
@@ -141,24 +146,64 @@ def attempt(attempt: Attempt, *, http: httpx.Client, box: SecretBox, policy: Pol
         "webhook-timestamp": str(int(now.timestamp())),
         "webhook-signature": signer.sign(msg_id, now, attempt.body),
     }
-    url = attempt.url
+    url, origin = attempt.url, None
     for _hop in range(MAX_REDIRECTS + 1):
         try:
-            check_target(url, allow_private=policy.allow_private)
-            # Streamed and never read: a receiver's answer body is not ours to hold.
-            with http.stream(
-                "POST", url, content=attempt.body.encode(), headers=headers,
-                timeout=policy.timeout_s, follow_redirects=False,
-            ) as response:  # fmt: skip
-                status, location = response.status_code, response.headers.get("location")
+            target = pin_target(url, allow_private=policy.allow_private, resolve=resolve)
         except UnsafeTarget as exc:
+            log.warning("webhook delivery %s: refused target: %s", attempt.delivery_id, exc.detail)
             return Answer(None, f"refused target: {exc}")
+        origin = origin or _origin(target.url)
+        try:
+            status, location = _post(
+                http, target, content=attempt.body.encode(), headers=headers,
+                timeout=policy.timeout_s,
+            )  # fmt: skip
         except httpx.HTTPError as exc:
-            return Answer(None, f"{type(exc).__name__}: {exc}"[:500])
+            # Refused, unreachable or timed out would map the network behind the target
+            # for the tenant; the operator's log has which.
+            log.info(
+                "webhook delivery %s: %s at %s: %s: %s", attempt.delivery_id,
+                target.host_header, [str(a) for a in target.addresses], type(exc).__name__, exc,
+            )  # fmt: skip
+            protocol = isinstance(exc, httpx.ProtocolError)
+            return Answer(None, "no valid HTTP answer" if protocol else "connection failed")
         if status not in REDIRECTS or not location:
             return Answer(status)
-        url = urljoin(url, location)
+        # Another origin would get the signed body and headers meant for this one.
+        try:
+            url = str(target.url.join(location))
+        except httpx.InvalidURL:
+            return Answer(status, "redirect to an invalid URL")
+        if _origin(httpx.URL(url)) != origin:
+            return Answer(status, "redirect to another origin, not followed")
     return Answer(status, f"more than {MAX_REDIRECTS} redirects")
+
+
+def _post(
+    http: httpx.Client, target: Target, *, content: bytes, headers: dict[str, str],
+    timeout: float,
+) -> tuple[int, str | None]:  # fmt: skip
+    """POST to the target's first address that takes the connection: the URL's host is
+    that address, so nothing is resolved again; Host and TLS stay on the name."""
+    extensions = {} if target.tls_name is None else {"sni_hostname": target.tls_name}
+    for n, address in enumerate(target.addresses, 1):
+        try:
+            # Streamed and never read: a receiver's answer body is not ours to hold.
+            with http.stream(
+                "POST", target.at(address), content=content,
+                headers={**headers, "host": target.host_header}, extensions=extensions,
+                timeout=timeout, follow_redirects=False,
+            ) as response:  # fmt: skip
+                return response.status_code, response.headers.get("location")
+        except httpx.ConnectError:
+            if n == len(target.addresses):
+                raise  # nothing was sent to this one; the next one, if any
+    raise httpx.ConnectError("the host resolves to no address")
+
+
+def _origin(url: httpx.URL) -> tuple[str, bytes, int | None]:
+    return url.scheme, url.raw_host, url.port  # httpx leaves a default port out
 
 
 def backoff_s(attempts: int, *, base_s: float, rng: Callable[[], float] = random.random) -> float:
@@ -323,7 +368,13 @@ def _attempt_one(
     if claimed is None:
         return False
     started = time.perf_counter()
-    answer = attempt(claimed, http=http, box=box, policy=policy)
+    try:
+        answer = attempt(claimed, http=http, box=box, policy=policy)
+    except Exception:
+        # Still an attempt: left unsettled, the delivery would be claimed again after
+        # every lease, past the last attempt, and never be dead.
+        log.exception("webhook delivery %s: the attempt raised", claimed.delivery_id)
+        answer = Answer(None, "internal error")
     WEBHOOK_ATTEMPT_SECONDS.observe(time.perf_counter() - started)
     with new_uow() as uow:
         retry = settle(uow, claimed, answer, now=dt.datetime.now(dt.UTC), policy=policy)

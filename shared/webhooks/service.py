@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -11,10 +12,13 @@ from sqlalchemy import delete, func, select
 
 from shared.domain.errors import Conflict, Invalid, NotFound
 from shared.infra.db.uow import UnitOfWork
-from shared.webhooks.events import EVENT_TYPES
+from shared.webhooks.delivery import overdue_jobs
+from shared.webhooks.events import EVENT_TYPES, purge_old_events
 from shared.webhooks.models import Webhook, WebhookDelivery, WebhookEvent
 from shared.webhooks.secrets import SecretBox, checked_secret, new_secret
 from shared.webhooks.targets import UnsafeTarget, check_target
+
+log = logging.getLogger(__name__)
 
 # Subscriptions per org: every event is one delivery per matching subscription.
 MAX_WEBHOOKS_PER_ORG = 20
@@ -42,6 +46,7 @@ def subscribe(
     try:
         check_target(url, allow_private=allow_private)
     except UnsafeTarget as exc:
+        log.info("org %s: webhook url refused: %s", org_id, exc.detail)
         raise Invalid(f"url: {exc}") from None
     wanted = _checked_events(events)
     secret = new_secret() if secret is None else checked_secret(secret)
@@ -133,3 +138,13 @@ def _view(delivery: WebhookDelivery, event_type: str) -> DeliveryView:
         delivered_at=delivery.delivered_at,
         next_attempt_at=delivery.next_attempt_at if owed else None,
     )
+
+
+def dispatch_overdue(*, uow: UnitOfWork, now: dt.datetime, period_s: float) -> int:
+    """Beat: a job per delivery overdue past its period (sent on commit), old events purged."""
+    jobs = overdue_jobs(uow, now=now, grace=dt.timedelta(seconds=period_s))
+    for job in jobs:
+        uow.enqueue(job)
+    purge_old_events(uow, now=now)
+    uow.commit()
+    return len(jobs)

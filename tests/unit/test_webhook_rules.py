@@ -36,14 +36,51 @@ def test_the_backoff_doubles_from_the_base_jittered_in_its_upper_half_capped_at_
     ],
 )  # fmt: skip
 def test_loopback_private_link_local_and_reserved_addresses_are_refused(url: str) -> None:
-    with pytest.raises(UnsafeTarget, match="DRIFTLESS_WEBHOOK_ALLOW_PRIVATE"):
+    with pytest.raises(
+        UnsafeTarget, match=r"^not a public address.*DRIFTLESS_WEBHOOK_ALLOW_PRIVATE"
+    ):
         check_target(url, allow_private=False)
     check_target(url, allow_private=True)  # a dev box may
 
 
-def test_a_public_address_is_a_target() -> None:
-    check_target("https://8.8.8.8/hooks", allow_private=False)
-    check_target("http://[2001:4860:4860::8888]:8080/x", allow_private=False)
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://[::127.0.0.1]/",  # IPv4-compatible
+        "http://[64:ff9b::7f00:1]/",  # NAT64 of 127.0.0.1
+        "http://[64:ff9b::a00:1]/",  # NAT64 of 10.0.0.1
+        "http://[64:ff9b:1::808:808]/",  # local-use NAT64: whatever it embeds
+        "http://[2002:7f00:1::]/",  # 6to4 of 127.0.0.1
+        "http://[2002:a9fe:a9fe::1]/",  # 6to4 of 169.254.169.254
+        "http://[::ffff:0:7f00:1]/",  # IPv4-translated (SIIT)
+        "http://[fec0::1]/",  # site-local
+    ],
+)  # fmt: skip
+def test_ipv6_addresses_that_embed_a_non_public_ipv4_or_are_site_local_are_refused(
+    url: str,
+) -> None:
+    with pytest.raises(UnsafeTarget, match="not a public address"):
+        check_target(url, allow_private=False)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://8.8.8.8/hooks", "http://[2001:4860:4860::8888]:8080/x",
+        "http://[64:ff9b::808:808]/", "http://[2002:808:808::1]/", "http://[::ffff:8.8.8.8]/",
+    ],
+)  # fmt: skip
+def test_a_public_address_is_a_target(url: str) -> None:
+    check_target(url, allow_private=False)
+
+
+def test_a_refusal_tells_the_tenant_only_that_the_address_is_not_public() -> None:
+    with pytest.raises(UnsafeTarget) as refused:
+        check_target("http://localhost:5432/", allow_private=False)
+
+    assert str(refused.value).startswith("not a public address")
+    assert "127.0.0.1" not in str(refused.value) and "localhost" not in str(refused.value)
+    assert "localhost" in refused.value.detail and "127.0.0.1" in refused.value.detail
 
 
 @pytest.mark.parametrize(
@@ -54,7 +91,14 @@ def test_a_public_address_is_a_target() -> None:
         ("http:///path", "no host"),
         ("https://user:pw@8.8.8.8/", "credentials"),
         ("http://8.8.8.8:70000/", "not a valid URL"),
-        ("http://no-such-host.invalid/", "does not resolve"),
+        ("http://8.8.8.8/ok\r\nX-Inj: 1", "not a valid URL"),
+        ("http://8.8.8.8/ok X", "not a valid URL"),
+        ("http://8.8.8.8/\x7f", "not a valid URL"),
+        ("http://[1::2::3]/", "not a valid URL"),
+        ("http://[v1.x]/", "not a valid URL"),
+        ("http://\u00e9\u00e9-.com/", "not a valid URL"),  # no IDNA form: httpx cannot send it
+        # Not "does not resolve": which internal names exist is not the tenant's to map.
+        ("http://no-such-host.invalid/", "not a public address"),
     ],
 )
 def test_urls_that_are_not_http_targets_are_refused_whatever_is_allowed(url: str, why: str) -> None:

@@ -1,6 +1,7 @@
 """One attempt at a time per delivery: a claim is a lease, a duplicate job finds nothing,
-an attempt overtaken by a newer one records nothing, and the dispatcher finds what a
-lost job left owed. A redirect to a private address is refused, not followed."""
+an attempt overtaken by a newer one records nothing, an attempt that cannot be built is
+failed like any other (so is one that raises), and the dispatcher finds what a lost job
+left owed."""
 
 from __future__ import annotations
 
@@ -10,20 +11,27 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+import redis
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.models import Org
 from shared.infra.db.uow import UnitOfWork
-from shared.infra.queue import DELIVER_WEBHOOK, RecordingQueue
-from shared.webhooks import delivery
-from shared.webhooks.delivery import Answer, Attempt, Policy, attempt, claim, overdue_jobs, settle
+from shared.infra.queue import DELIVER_WEBHOOK, Job, RecordingQueue
+from shared.webhooks.delivery import (
+    Answer,
+    Policy,
+    WebhookSlots,
+    attempt,
+    claim,
+    deliver,
+    overdue_jobs,
+    settle,
+)
 from shared.webhooks.events import FACTS_CHANGED, record_event
-from shared.webhooks.models import WebhookDelivery
+from shared.webhooks.models import Webhook, WebhookDelivery
 from shared.webhooks.secrets import SecretBox
-from shared.webhooks.service import subscribe
-from tests.webhook_receiver import Answer as ReceiverAnswer
-from tests.webhook_receiver import Receiver
+from shared.webhooks.service import dispatch_overdue, subscribe
 
 POLICY = Policy(max_attempts=3, backoff_s=1.0, timeout_s=2.0, allow_private=True)
 BOX = SecretBox(None)
@@ -121,37 +129,74 @@ def test_the_dispatcher_sends_a_job_only_for_deliveries_overdue_past_its_period(
     assert overdue_jobs(uow, now=NOW + grace * 2, grace=grace) == []
 
 
-@pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client() as client:
-        yield client
-
-
-def test_a_redirect_to_a_private_address_is_refused_not_followed(
-    http: httpx.Client, monkeypatch: pytest.MonkeyPatch
+def test_an_attempt_that_cannot_be_built_is_failed_each_time_and_dead_after_the_last(
+    uow: UnitOfWork, delivery_id: int
 ) -> None:
-    real_check = delivery.check_target
-    with Receiver() as receiver:
-        receiver.answer_with(
-            lambda _r, _n: ReceiverAnswer(307, location="http://169.254.169.254/latest/meta-data")
-        )
+    # A URL subscribed before such URLs were refused: httpx cannot even build its request.
+    row = uow.session.get(WebhookDelivery, delivery_id)
+    assert row is not None
+    uow.session.execute(
+        update(Webhook)
+        .where(Webhook.id == row.webhook_id)
+        .values(url="http://127.0.0.1:9/ok\r\nX-Inj: 1")
+    )
+    statuses, now = [], NOW
+    with httpx.Client(trust_env=False) as http:
+        for _ in range(POLICY.max_attempts):
+            claimed = claim(uow, delivery_id=delivery_id, now=now, lease=POLICY.lease)
+            assert claimed is not None
+            answer = attempt(claimed, http=http, box=BOX, policy=POLICY)
+            settle(uow, claimed, answer, now=now, policy=POLICY)
+            uow.session.refresh(row)
+            statuses.append(row.status)
+            now = row.next_attempt_at
 
-        def receiver_is_public(url: str, *, allow_private: bool) -> None:
-            # Stands in for DNS: the receiver on 127.0.0.1 counts as a public host here.
-            if not url.startswith(receiver.url):
-                real_check(url, allow_private=allow_private)
+    assert statuses == ["failed", "failed", "dead"]
+    assert row.attempts == POLICY.max_attempts
+    assert (row.last_error or "").startswith("refused target: not a valid URL")
 
-        monkeypatch.setattr(delivery, "check_target", receiver_is_public)
-        claimed = Attempt(
-            delivery_id=1, webhook_id=uuid.uuid4(), event_id=uuid.uuid4(),
-            url=receiver.url + "/hook", sealed_secret=BOX.seal(SECRET),
-            body="{}", number=1,
-        )  # fmt: skip
 
-        answer = attempt(
-            claimed, http=http, box=BOX, policy=Policy(3, 1.0, 2.0, allow_private=False)
-        )
+def test_the_dispatcher_sends_the_overdue_jobs_once_its_transaction_committed(
+    uow: UnitOfWork, delivery_id: int
+) -> None:
+    grace = dt.timedelta(seconds=60)
+    uow.commit()  # the outbox's own job for the new event goes now
+    before = len(uow.sent)
 
-    assert answer.status_code is None and not answer.delivered
-    assert answer.error is not None and "169.254.169.254" in answer.error
-    assert [r.path for r in receiver.requests] == ["/hook"]
+    sent = dispatch_overdue(uow=uow, now=NOW + grace * 2, period_s=grace.total_seconds())
+
+    assert sent == 1
+    assert uow.sent[before:] == [Job(DELIVER_WEBHOOK, {"delivery_id": delivery_id})]
+
+
+class BrokenBox(SecretBox):
+    """Opening fails in a way no attempt expects: a bug."""
+
+    def open(self, sealed: str) -> str:
+        raise RuntimeError("a bug")
+
+
+def test_an_attempt_that_raises_is_still_an_attempt_and_the_delivery_dies_at_the_last(
+    session_factory: sessionmaker[Session], uow: UnitOfWork, delivery_id: int, redis_url: str
+) -> None:
+    client = redis.Redis.from_url(redis_url)
+    slots = WebhookSlots(client, hold=POLICY.lease)
+    due_now = (
+        update(WebhookDelivery).where(WebhookDelivery.id == delivery_id).values(next_attempt_at=NOW)
+    )
+    with httpx.Client(trust_env=False) as http:
+        for _ in range(POLICY.max_attempts):
+            deliver(
+                new_uow=lambda: UnitOfWork(session_factory, RecordingQueue()), slots=slots,
+                http=http, box=BrokenBox(None), policy=POLICY, delivery_id=delivery_id,
+            )  # fmt: skip
+            uow.session.execute(due_now)  # past its backoff
+    client.close()
+
+    row = uow.session.get(WebhookDelivery, delivery_id, populate_existing=True)
+    assert row is not None
+    assert (row.status, row.attempts, row.last_error) == (
+        "dead",
+        POLICY.max_attempts,
+        "internal error",
+    )

@@ -97,6 +97,7 @@ def test_another_orgs_subscription_is_404_like_a_missing_one(
         ({"url": "http://127.0.0.1:99999/"}, "url"),
         ({"url": "not a url"}, "url"),
         ({"url": "http://" + "a" * 3000}, "url"),
+        ({"url": "http://127.0.0.1/ok\r\nX-Inj: 1"}, "url"),
         ({"events": []}, "events"),
         ({"events": ["topic.deleted"]}, "events"),
         ({"events": "facts.changed"}, "events"),
@@ -130,6 +131,11 @@ def test_bad_subscriptions_are_422_naming_the_field_and_write_nothing(
         "http://[::1]/",
         "http://[::ffff:192.168.0.1]/",
         "http://0.0.0.0/",
+        "http://[::127.0.0.1]/",
+        "http://[64:ff9b::7f00:1]/",
+        "http://[2002:7f00:1::]/",
+        "http://[::ffff:0:7f00:1]/",
+        "http://[fec0::1]/",
     ],
 )
 def test_loopback_private_and_link_local_targets_are_refused_unless_allowed(
@@ -141,7 +147,11 @@ def test_loopback_private_and_link_local_targets_are_refused_unless_allowed(
 
     assert answer.status_code == 422, answer.json
     message = answer.json["error"]["message"]
-    assert message.startswith("url:") and "DRIFTLESS_WEBHOOK_ALLOW_PRIVATE" in message
+    assert (
+        message.startswith("url: not a public address")
+        and "DRIFTLESS_WEBHOOK_ALLOW_PRIVATE" in message
+    )
+    assert "127.0.0.1" not in message and "localhost" not in message  # internal DNS is not shown
     assert count_webhooks(session_factory, auth) == 0
 
 
