@@ -8,9 +8,10 @@ and work the same way. Beat never serves: the server starts on `celeryd_init`, w
 only `celery worker` sends.
 
 The exporter also reads each queue's length from the broker at scrape time (a gauge
-nothing has to keep up to date), and starts the counters whose label values are known
-(every task, every kind of reconciled work) at zero: a series that appears with its
-first failure at 1 shows no increase, so an alert on `increase()` would miss it.
+nothing has to keep up to date). Counters whose label values are known (every task,
+every kind of reconciled work, every fire status) start each series at 0, as
+shared.infra.metrics explains: a series that appears with its first failure at 1 shows
+no increase, so an alert on `increase()` would miss it.
 """
 
 from __future__ import annotations
@@ -45,12 +46,7 @@ from sqlalchemy.pool import NullPool
 from shared.infra.broker import REDIS_SCHEMES
 from shared.infra.db.engine import bound_transactions, make_session_factory, sqlalchemy_url
 from shared.infra.db.uow import UnitOfWork
-from shared.infra.metrics import (
-    JOBS_ENQUEUED,
-    JOBS_SEND_FAILED,
-    REEVALUATION_OUTCOMES,
-    REEVALUATION_TOPICS,
-)
+from shared.infra.metrics import JOBS_ENQUEUED, JOBS_SEND_FAILED, at_zero
 from shared.infra.metrics_export import multiprocess_registry
 from shared.infra.queue import DUE_AT_HEADER, FIRE_DEBOUNCE, RECONCILE, TASK_ROUTES, RecordingQueue
 from shared.reconcile.service import Reconciled
@@ -58,12 +54,21 @@ from shared.reevaluations.pump import running_totals
 
 log = logging.getLogger(__name__)
 
-JOBS_SUCCEEDED = Counter("driftless_jobs_succeeded_total", "Tasks that returned", ["task"])
-JOBS_FAILED = Counter(
-    "driftless_jobs_failed_total", "Tasks that raised (retries exhausted, or not retryable)",
-    ["task"],
-)  # fmt: skip
-JOBS_RETRIED = Counter("driftless_jobs_retried_total", "Task runs that asked a retry", ["task"])
+TASKS = [(task,) for task in TASK_ROUTES]
+JOBS_SUCCEEDED = at_zero(
+    Counter("driftless_jobs_succeeded_total", "Tasks that returned", ["task"]), TASKS
+)
+JOBS_FAILED = at_zero(
+    Counter(
+        "driftless_jobs_failed_total",
+        "Tasks that raised (retries exhausted, or not retryable)",
+        ["task"],
+    ),
+    TASKS,
+)
+JOBS_RETRIED = at_zero(
+    Counter("driftless_jobs_retried_total", "Task runs that asked a retry", ["task"]), TASKS
+)
 TASK_SECONDS = Histogram(
     "driftless_task_seconds",
     "Run time of a task, start to finish",
@@ -76,17 +81,24 @@ QUEUE_LAG = Histogram(
     ["queue"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
 )
-DEBOUNCE_FIRES = Counter(
-    "driftless_debounce_fires_total",
-    "Fire jobs of a trigger burst by result (fire: evaluation sent; wait: re-scheduled;"
-    " stale: another job already fired)",
-    ["status"],
+FIRE_STATUSES = ("fire", "wait", "stale")  # shared.triggers.service.Fired
+DEBOUNCE_FIRES = at_zero(
+    Counter(
+        "driftless_debounce_fires_total",
+        "Fire jobs of a trigger burst by result (fire: evaluation sent; wait: re-scheduled;"
+        " stale: another job already fired)",
+        ["status"],
+    ),
+    [(status,) for status in FIRE_STATUSES],
 )
-RECONCILE_RECOVERED = Counter(
-    "driftless_reconcile_recovered_total",
-    "Lost work the reconciler found, by kind (summaries and evaluations enqueued again,"
-    " stale memory_caches invalidated)",
-    ["kind"],
+RECONCILE_RECOVERED = at_zero(
+    Counter(
+        "driftless_reconcile_recovered_total",
+        "Lost work the reconciler found, by kind (summaries and evaluations enqueued again,"
+        " stale memory_caches invalidated)",
+        ["kind"],
+    ),
+    [(kind.name,) for kind in fields(Reconciled)],
 )
 QUEUE_DEPTH = "driftless_queue_depth"
 # Short: a scrape (and the liveness probe, which is one) must answer while Redis hangs.
@@ -156,14 +168,9 @@ def connect_task_signals() -> None:
 
 
 def start_at_zero() -> None:
-    """Create the series of every known task and reconciled kind, at 0."""
-    for task in TASK_ROUTES:
-        for counter in (JOBS_ENQUEUED, JOBS_SEND_FAILED, JOBS_SUCCEEDED, JOBS_FAILED, JOBS_RETRIED):
-            counter.labels(task)
-    for kind in fields(Reconciled):
-        RECONCILE_RECOVERED.labels(kind.name)
-    for outcome in REEVALUATION_OUTCOMES:
-        REEVALUATION_TOPICS.labels(outcome)
+    """Create the series of the shared job counters, at 0, for every known task."""
+    for counter in (JOBS_ENQUEUED, JOBS_SEND_FAILED):
+        at_zero(counter, TASKS)
 
 
 # --- queue depth, read from the broker at scrape time -----------------------------------

@@ -4,16 +4,34 @@ Each process exports its own registry: the web at `/metrics`, the worker on its 
 port (prometheus-client's multiprocess mode sums a prefork worker's children). A change
 that belongs to a transaction is counted with `count_on_commit`, so a rolled-back
 transaction counts nothing and a retried one counts once.
+
+A counter whose label values are a known, finite set (statuses, outcomes) starts each
+series at 0 (`at_zero`, with the table of values beside it): a series that appears with
+its first event has no rate until its second, so its dashboard panel says "No data" and
+an alert on `increase()` misses that first event. Counters labelled by org or by model
+are not: their values are open-ended.
 """
 
 from __future__ import annotations
 
+import itertools
 import uuid
+from collections.abc import Iterable, Sequence
 
 from prometheus_client import Counter, Histogram
 from sqlalchemy import event
 from sqlalchemy.orm import Session, SessionTransaction
 
+
+def at_zero(counter: Counter, combinations: Iterable[Sequence[str]]) -> Counter:
+    """`counter`, with the series of each known combination of label values at 0."""
+    for values in combinations:
+        counter.labels(*values)
+    return counter
+
+
+# Labelled by task: their table, TASK_ROUTES, is in shared.infra.queue, which counts them
+# (and so imports this module); worker.metrics starts them at 0.
 JOBS_ENQUEUED = Counter(
     "driftless_jobs_enqueued_total", "Jobs handed to the broker, by task", ["task"]
 )
@@ -54,40 +72,67 @@ LLM_SECONDS = Histogram(
     ["model", "purpose"],
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300),
 )
-FALLBACKS = Counter(
-    "driftless_fallbacks_total",
-    "Answers replaced by a fallback: a summary from the first user message, or no drift",
-    ["call", "reason"],
+# (call, reason): a summary's answer that failed or was unusable; a drift check that failed.
+FALLBACK_REASONS = (
+    ("summarize", "llm_error"),
+    ("summarize", "unusable_answer"),
+    ("detect_drift", "llm_error"),
 )
-MEMORY_CHANGES = Counter(
-    "driftless_memory_changes_total",
-    "Committed curation changes (promoted, demoted, deprecated, undeprecated) by actor",
-    ["change", "actor"],
+FALLBACKS = at_zero(
+    Counter(
+        "driftless_fallbacks_total",
+        "Answers replaced by a fallback: a summary from the first user message, or no drift",
+        ["call", "reason"],
+    ),
+    FALLBACK_REASONS,
+)
+MEMORY_CHANGE_KINDS = ("promoted", "demoted", "deprecated", "undeprecated")
+MEMORY_ACTORS = ("user", "agent", "summarizer")  # shared.curation.rules.Actor
+MEMORY_CHANGES = at_zero(
+    Counter(
+        "driftless_memory_changes_total",
+        "Committed curation changes (promoted, demoted, deprecated, undeprecated) by actor",
+        ["change", "actor"],
+    ),
+    itertools.product(MEMORY_CHANGE_KINDS, MEMORY_ACTORS),
 )
 FORKS = Counter("driftless_forks_total", "Silent forks committed (R6)")
-DEBOUNCE = Counter(
-    "driftless_debounce_triggers_total",
-    "Evaluation triggers by trigger and debounce outcome (scheduled, coalesced, suppressed,"
-    " dropped)",
-    ["trigger", "outcome"],
+# The triggers that go through the debounce: the exit triggers a client sends (and the
+# web's disconnect), and the idle sweep. A heartbeat evaluates without one.
+DEBOUNCED_TRIGGERS = ("navigation", "visibility", "disconnect", "manual", "sweep")
+DEBOUNCE_OUTCOMES = ("scheduled", "coalesced", "suppressed", "dropped")  # triggers.EvaluateStatus
+DEBOUNCE = at_zero(
+    Counter(
+        "driftless_debounce_triggers_total",
+        "Evaluation triggers by trigger and debounce outcome (scheduled, coalesced, suppressed,"
+        " dropped)",
+        ["trigger", "outcome"],
+    ),
+    itertools.product(DEBOUNCED_TRIGGERS, DEBOUNCE_OUTCOMES),
 )
 # Re-evaluation campaigns' topics: enqueued by the pump, then settled done or failed.
 REEVALUATION_OUTCOMES = ("enqueued", "done", "failed")
-REEVALUATION_TOPICS = Counter(
-    "driftless_reevaluation_topics_total",
-    "Topics of re-evaluation campaigns by outcome (enqueued; then done, or failed for good)",
-    ["outcome"],
+REEVALUATION_TOPICS = at_zero(
+    Counter(
+        "driftless_reevaluation_topics_total",
+        "Topics of re-evaluation campaigns by outcome (enqueued; then done, or failed for good)",
+        ["outcome"],
+    ),
+    [(outcome,) for outcome in REEVALUATION_OUTCOMES],
 )
 
 # Webhook attempts by what they led to: delivered, failed (retried later) or dead (given
 # up after DRIFTLESS_WEBHOOK_MAX_ATTEMPTS); counted in the worker that made the attempt.
-WEBHOOK_DELIVERIES = Counter(
-    "driftless_webhook_deliveries_total",
-    "Webhook delivery attempts by the status they left the delivery in (delivered, failed, dead)",
-    ["status"],
+WEBHOOK_STATUSES = ("delivered", "failed", "dead")
+WEBHOOK_DELIVERIES = at_zero(
+    Counter(
+        "driftless_webhook_deliveries_total",
+        "Webhook delivery attempts by the status they left the delivery in (delivered, failed,"
+        " dead)",
+        ["status"],
+    ),
+    [(status,) for status in WEBHOOK_STATUSES],
 )
-for _status in ("delivered", "failed", "dead"):  # every series in the first scrape
-    WEBHOOK_DELIVERIES.labels(_status)
 WEBHOOK_ATTEMPT_SECONDS = Histogram(
     "driftless_webhook_attempt_seconds",
     "Wall time of one webhook attempt (every redirect hop included)",
