@@ -198,7 +198,8 @@ def _post(
                 return response.status_code, response.headers.get("location")
         except httpx.ConnectError:
             if n == len(target.addresses):
-                raise  # nothing was sent to this one; the next one, if any
+                raise
+            # Nothing was sent: the next address, as a connection by name would.
     raise httpx.ConnectError("the host resolves to no address")
 
 
