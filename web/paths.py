@@ -6,14 +6,20 @@ route (404). The request target as sent (`RAW_URI`, set by gunicorn and Werkzeug
 still tells an encoded `/` from a separator: `KeepEncodedSlashes` rebuilds the routed
 path from it, each segment decoded but with `/` and `%` escaped again, and
 `SegmentConverter` (the default `<name>` converter) decodes them for the view.
+
+A segment whose bytes are not UTF-8 names nothing: decoded with replacement, `%FF` and
+`%FE` were both the agent U+FFFD, the second written over the first. Such a segment is
+routed with every byte escaped, and the converter answers it with a 400 naming the path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from typing import Any
-from urllib.parse import quote, unquote, unquote_to_bytes
+from urllib.parse import quote, quote_from_bytes, unquote, unquote_to_bytes
 
+from flask import has_request_context, request
+from werkzeug.exceptions import BadRequest
 from werkzeug.routing import BaseConverter
 
 
@@ -23,11 +29,22 @@ def _escaped(segment: str) -> str:
     return segment.replace("%", "%25").replace("/", "%2F")
 
 
+def _routed_segment(data: bytes) -> str:
+    """A segment's bytes, escapes decoded, as a routed segment (a WSGI string): UTF-8 text
+    with `%` and `/` escaped again, anything else with every byte escaped, which only
+    `SegmentConverter` fails to decode."""
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return quote_from_bytes(data, safe="")
+    return _escaped(data.decode("latin-1"))
+
+
 def routed_path(raw_path: str) -> str:
     """The path to route from the path as sent, both WSGI strings (bytes as latin-1: a
     client may send a byte above ASCII unencoded)."""
     return "/".join(
-        _escaped(unquote_to_bytes(segment.encode("latin-1")).decode("latin-1"))
+        _routed_segment(unquote_to_bytes(segment.encode("latin-1")))
         for segment in raw_path.split("/")
     )
 
@@ -53,14 +70,26 @@ def _routed(raw_path: str, script: str, path_info: str) -> str:
         except UnicodeEncodeError:  # not a WSGI string: a server outside the spec
             pass
     # An absolute-form target or none: the decoded path is all there is.
-    return "/".join(_escaped(segment) for segment in path_info.split("/"))
+    segments = path_info.split("/")
+    try:
+        return "/".join(_routed_segment(segment.encode("latin-1")) for segment in segments)
+    except UnicodeEncodeError:  # not a WSGI string, as above
+        return "/".join(_escaped(segment) for segment in segments)
 
 
 class SegmentConverter(BaseConverter):
-    """The default converter: one path segment, its `%2F` and `%25` decoded."""
+    """The default converter: one path segment, its `%2F` and `%25` decoded; a 400 when
+    it is not UTF-8 (escaped whole by `_routed_segment`)."""
 
     def to_python(self, value: str) -> str:
-        return unquote(value)
+        try:
+            return unquote(value, errors="strict")
+        except UnicodeDecodeError:
+            # The routed path shows such a segment escaped, the others as text.
+            path = request.path if has_request_context() else value
+            raise BadRequest(
+                f"the path {path} is not UTF-8 once its %-escapes are decoded"
+            ) from None
 
     def to_url(self, value: str) -> str:
         return quote(value, safe="")
