@@ -66,6 +66,8 @@ def _commands(settings: Settings) -> dict[str, list[str]]:
             str(bin_dir / "gunicorn"), "--bind", f"127.0.0.1:{settings.port}",
             "--workers", "2", "--worker-class", "web.server.FairGeventWorker",
             "--worker-connections", "1000",
+            # As the Procfile's, which says why: every valid id fits a request line.
+            "--limit-request-line", "8190",
             "--no-control-socket", "web.app:create_app()",
         ],
         "worker": [

@@ -23,6 +23,11 @@ from typing import Any
 from shared.domain.errors import Invalid, TooLarge
 
 DEFAULT_MAX_JSON_DEPTH = 32
+# agentId and userId, and a fact's key: characters (code points), as PostgreSQL's
+# varchar(200) counts them. They travel in request lines too, so the web's
+# `--limit-request-line` (Procfile) is sized from these: see the arithmetic there.
+MAX_SCOPE_ID_CHARS = 200
+MAX_FACT_KEY_CHARS = 200
 MAX_MESSAGE_CHARS = 100_000
 # Messages of one POST …/messages: enough to import a history in few requests, while one
 # request's transaction (and its row locks) stays short.

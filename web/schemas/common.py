@@ -19,12 +19,15 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from shared.domain.limits import MAX_SCOPE_ID_CHARS
 from shared.domain.storable import storable
 
 # Scope ids come from the calling platform and are opaque (CONTRACT.md): kept exactly as
 # sent, whatever they hold (`:`, braces, spaces, any Unicode), bounded and not blank.
 # Stripping them would make " ada" and "ada" one scope.
-ScopeId = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"\S")]
+ScopeId = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_SCOPE_ID_CHARS, pattern=r"\S")
+]
 
 MOMENT_FORMAT = "an ISO-8601 timestamp with a timezone, such as 2026-01-01T00:00:00Z"
 

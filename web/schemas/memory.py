@@ -7,14 +7,15 @@ from typing import Annotated, Any
 
 from pydantic import Field, RootModel, StringConstraints, field_validator
 
+from shared.domain.limits import MAX_FACT_KEY_CHARS
 from shared.domain.storable import storable
 from web.schemas.common import CamelModel, Input
 
-FactKey = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+FactKey = Annotated[str, StringConstraints(min_length=1, max_length=MAX_FACT_KEY_CHARS)]
 
 
 class FactPath(Input):
-    key: str = Field(min_length=1, max_length=200)
+    key: str = Field(min_length=1, max_length=MAX_FACT_KEY_CHARS)
 
 
 class FactsIn(RootModel[dict[FactKey, Any]]):
