@@ -8,6 +8,7 @@ import uuid
 from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     BeforeValidator,
@@ -46,8 +47,34 @@ def _iso_8601(value: Any) -> Any:
     return parsed
 
 
-# A moment a client names (`since`), in a query or a body.
-Moment = Annotated[AwareDatetime, BeforeValidator(_iso_8601)]
+def _in_utc(value: dt.datetime) -> dt.datetime:
+    """The moment in UTC: PostgreSQL refuses offsets past ±15:59 that Python reads
+    (`-23:59`). A moment outside Python's years 1 to 9999 in UTC cannot be converted
+    (`0001-01-01T00:00:00+14:00`); any inside them fits `timestamptz` (4713 BC to
+    294276 AD)."""
+    try:
+        return value.astimezone(dt.UTC)
+    except OverflowError:
+        raise ValueError("out of range: in UTC it must fall within the years 1 to 9999") from None
+
+
+# A moment a client names (`since`), in a query or a body: every datetime the API reads
+# is one (tests/integration/web/test_datetimes.py walks the OpenAPI document for them).
+Moment = Annotated[AwareDatetime, BeforeValidator(_iso_8601), AfterValidator(_in_utc)]
+
+
+def _true_or_false(value: Any) -> Any:
+    """A query's yes/no as written in JSON: pydantic alone also reads `yes`, `on`, `1`
+    and `t` (and their opposites), so `?context=yes` passed for a bool."""
+    if not isinstance(value, str):
+        return value
+    if value not in ("true", "false"):
+        raise ValueError("must be true or false")
+    return value == "true"
+
+
+# A yes/no query parameter (`?context=true`): `true` or `false`, nothing else.
+QueryFlag = Annotated[bool, BeforeValidator(_true_or_false)]
 
 
 class Input(BaseModel):

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from shared.search.service import DEFAULT_LIMIT
-from web.schemas.common import CamelModel, ScopeQuery
+from web.schemas.common import CamelModel, QueryFlag, ScopeQuery
 
 
 class SearchQueryIn(ScopeQuery):
@@ -18,7 +18,7 @@ class SearchQueryIn(ScopeQuery):
     q: str
     limit: int = DEFAULT_LIMIT
     kind: Literal["topic", "message"] | None = None
-    include_deprecated: bool = False
+    include_deprecated: QueryFlag = False
 
 
 class HitOut(CamelModel):

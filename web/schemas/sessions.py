@@ -9,7 +9,15 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Discriminator, Field, RootModel, model_validator
 
 from shared.domain.limits import MAX_BATCH_MESSAGES, MAX_MESSAGE_CHARS
-from web.schemas.common import Body, CamelModel, Input, OptionalBody, ScopeId, body_form
+from web.schemas.common import (
+    Body,
+    CamelModel,
+    Input,
+    OptionalBody,
+    QueryFlag,
+    ScopeId,
+    body_form,
+)
 from web.schemas.context import ContextOut
 from web.schemas.topics import TopicOut
 
@@ -73,7 +81,7 @@ class MessagesIn(
 
 class PostMessagesQuery(CamelModel, Input):
     # True: the answer carries the context for the agent's next call (one round trip a turn).
-    context: bool = False
+    context: QueryFlag = False
 
 
 class TopicIn(OptionalBody):
