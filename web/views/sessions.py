@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.context.service import ContextOptions, assemble_context
-from shared.sessions import posting, service
-from shared.sessions.posting import NewMessage, PostedMessages
+from shared.context.service import ContextOptions
+from shared.context.turns import Turn, post_turn
+from shared.sessions import service
+from shared.sessions.posting import NewMessage
 from shared.sessions.service import SessionView, open_topic
 from web.auth import current_org
 from web.runtime import runtime, unit_of_work
@@ -96,37 +97,35 @@ def post_messages(
     rt = runtime()
     org_id = current_org()
     new = [NewMessage(m.role, m.content, m.tool_name, m.tool_call_id) for m in body.batch]
+    options = ContextOptions.from_settings(rt.settings) if query.context else None
     with unit_of_work() as uow:
-        if not query.context:  # a context that fails to build must roll the post back
-            uow.one_statement()
-        posted = posting.post_messages(
+        turn = post_turn(
             uow=uow,
+            client=rt.redis,
             org_id=org_id,
             session_id=path.sid,
             messages=new,
             drift_interval=rt.settings.drift_interval,
+            context_options=options,
         )
-        answer = _posted_answer(posted, batch=body.is_batch)
-        if query.context:  # read in this transaction: it holds what was just stored
-            options = ContextOptions.from_settings(rt.settings)
-            stack = assemble_context(
-                uow=uow, client=rt.redis, org_id=org_id, session_id=path.sid, options=options
-            )
-            answer["context"] = context_document(stack)
+        answer = _turn_answer(turn, batch=body.is_batch)
         uow.commit()  # the answer is whole before the commit: nothing fails after it
     return answer, 201
 
 
-def _posted_answer(posted: PostedMessages, *, batch: bool) -> dict[str, Any]:
-    """The answer without `context` (only ?context=true adds it)."""
-    stored = [StoredMessageOut.model_validate(m) for m in posted.messages]
-    enqueued = posted.drift_evaluation_enqueued
+def _turn_answer(turn: Turn, *, batch: bool) -> dict[str, Any]:
+    """The post's answer; `context` only when ?context=true asked for it."""
+    stored = [StoredMessageOut.model_validate(m) for m in turn.posted.messages]
+    enqueued = turn.posted.drift_evaluation_enqueued
     out: PostedBatchOut | PostedMessageOut
     if batch:
         out = PostedBatchOut(messages=stored, drift_evaluation_enqueued=enqueued)
     else:
         out = PostedMessageOut(**stored[0].model_dump(), drift_evaluation_enqueued=enqueued)
-    return out.model_dump(mode="json", by_alias=True, exclude={"context"})
+    answer = out.model_dump(mode="json", by_alias=True, exclude={"context"})
+    if turn.context is not None:
+        answer["context"] = context_document(turn.context)
+    return answer
 
 
 @bp.get("/sessions/<sid>/messages", responses={200: MessageListOut})
