@@ -2,7 +2,8 @@
 
 Two runs side by side pick different ones with DRIFTLESS_BENCH_DATABASE and
 DRIFTLESS_BENCH_REDIS_DB (the broker takes the database below it, as in the tests, or
-DRIFTLESS_BENCH_BROKER_DB).
+DRIFTLESS_BENCH_BROKER_DB). A bench empties its Redis databases only when they are empty
+or a bench's already (they carry OWNER_KEY); it refuses one holding anybody else's keys.
 """
 
 from __future__ import annotations
@@ -39,6 +40,17 @@ BENCH_DATABASE = os.environ.get("DRIFTLESS_BENCH_DATABASE", "driftless_bench")
 BENCH_REDIS_DB = int(os.environ.get("DRIFTLESS_BENCH_REDIS_DB", "11"))
 BENCH_BROKER_DB = int(os.environ.get("DRIFTLESS_BENCH_BROKER_DB", str(BENCH_REDIS_DB - 1)))
 BIN = Path(sys.executable).parent
+# Marks a Redis database as the benches'. Flushing is how a bench starts clean, and a
+# database without this key may be someone's running system or test run.
+OWNER_KEY = "driftless:bench:owner"
+# Atomic, so that nothing lands between the check and the flush: empty the database and
+# mark it, if it is empty or marked already; else touch nothing.
+_FLUSH_OWN = """
+if redis.call('DBSIZE') > 0 and redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('FLUSHDB')
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+"""
 # What the tests' scripted model answers to a summary request (shared/llm/prompts.py).
 SUMMARY_ANSWER = (
     '{"title": "Billing stack", "summary": "Billing stack (PostgreSQL, Celery on Redis);'
@@ -64,6 +76,14 @@ class BenchEnv:
             org_id = org_for_key(uow=uow, key=self.org_key)
         assert org_id is not None
         return org_id
+
+    def flush_redis(self) -> None:
+        """Empty the bench's data database (still marked as the bench's)."""
+        flush_own(self.redis_url)
+
+    def flush_broker(self) -> None:
+        """Empty the bench's broker database: jobs no worker will run."""
+        flush_own(self.broker_url)
 
     def process_environment(self, **extra: str) -> dict[str, str]:
         """The environment of a web or worker subprocess on the bench's servers."""
@@ -95,15 +115,30 @@ def _use_admin_url(admin_url: str | None) -> None:
         os.environ["TEST_DATABASE_URL"] = admin_url
 
 
+def flush_own(url: str) -> None:
+    """Empty the Redis database at `url` and mark it as the benches'; exit, touching
+    nothing, when it holds keys no bench wrote."""
+    client = redis.Redis.from_url(url)
+    if not client.eval(_FLUSH_OWN, 1, OWNER_KEY, "driftless benchmarks"):
+        db = client.connection_pool.connection_kwargs.get("db", 0)
+        raise SystemExit(
+            f"bench: Redis database {db} ({url}) holds keys no benchmark wrote (no"
+            f" {OWNER_KEY} key), and a bench flushes only its own. Choose an empty database"
+            f" with DRIFTLESS_BENCH_REDIS_DB (data, now {BENCH_REDIS_DB}) and"
+            f" DRIFTLESS_BENCH_BROKER_DB (broker, now {BENCH_BROKER_DB}), or another server"
+            " with TEST_REDIS_URL."
+        )
+
+
 def bench_env(admin_url: str | None) -> BenchEnv:
     _use_admin_url(admin_url)
+    redis_url = f"{services.redis_base_url()}/{BENCH_REDIS_DB}"
+    broker_url = f"{services.redis_base_url()}/{BENCH_BROKER_DB}"
+    for url in (redis_url, broker_url):  # before the database: a refusal changes nothing
+        flush_own(url)
     database_url = services.recreate_database(services.admin_database_url(), BENCH_DATABASE)
     upgrade(database_url)
-    redis_url = f"{services.redis_base_url()}/{BENCH_REDIS_DB}"
     client = redis.Redis.from_url(redis_url)
-    client.flushdb()
-    broker_url = f"{services.redis_base_url()}/{BENCH_BROKER_DB}"
-    redis.Redis.from_url(broker_url).flushdb()
     engine = make_engine(database_url)
     factory = make_session_factory(engine)
     with UnitOfWork(factory, RecordingQueue()) as uow:

@@ -30,8 +30,6 @@ import time
 import uuid
 from collections.abc import Callable
 
-import redis
-
 from bench.common import BenchEnv, arguments, bench_env, describe, machine
 from shared.infra.config import Settings
 from shared.infra.db.uow import UnitOfWork
@@ -150,7 +148,7 @@ def main() -> None:
         ),
         args.messages // 3,
     )  # fmt: skip
-    redis.Redis.from_url(env.broker_url).flushdb()  # the jobs no worker will ever run
+    env.flush_broker()  # the jobs no worker will ever run
 
     per_message_us = sum(real.samples_us) / args.messages
     difference_us = (statistics.fmean(with_jobs) - statistics.fmean(without_jobs)) * 1000

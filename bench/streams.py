@@ -345,7 +345,7 @@ def run_command(
     args: argparse.Namespace,
 ) -> Run:  # fmt: skip
     streams, clients, requests = args.streams, args.clients, args.requests
-    env.redis.flushdb()  # no leases left from the previous command
+    env.flush_redis()  # no leases left from the previous command
     port = free_port()
     command = command_of(line, port)
     with subprocess_running(command, env.process_environment()) as server:
