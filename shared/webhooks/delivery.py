@@ -187,12 +187,18 @@ def _post(
     """POST to the target's first address that takes the connection: the URL's host is
     that address, so nothing is resolved again; Host and TLS stay on the name."""
     extensions = {} if target.tls_name is None else {"sni_hostname": target.tls_name}
+    # The pool keys connections by the URL's host, here an address: an idle TLS
+    # connection verified for one name would carry the next request for another name on
+    # the same address. A TLS connection therefore serves one request and closes.
+    pinned = {"host": target.host_header}
+    if target.tls_name is not None:
+        pinned["connection"] = "close"
     for n, address in enumerate(target.addresses, 1):
         try:
             # Streamed and never read: a receiver's answer body is not ours to hold.
             with http.stream(
                 "POST", target.at(address), content=content,
-                headers={**headers, "host": target.host_header}, extensions=extensions,
+                headers={**headers, **pinned}, extensions=extensions,
                 timeout=timeout, follow_redirects=False,
             ) as response:  # fmt: skip
                 return response.status_code, response.headers.get("location")

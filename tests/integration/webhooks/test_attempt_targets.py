@@ -100,6 +100,9 @@ def test_tls_is_still_verified_on_the_name_when_the_connection_goes_to_the_check
     assert str(request.url) == f"https://{PUBLIC}/in?x=1"
     assert request.headers["host"] == "hooks.example.com"
     assert request.extensions["sni_hostname"] == "hooks.example.com"  # SNI and certificate check
+    # Pooled by address, a kept-alive connection verified for this name could carry
+    # another name's request later: it serves this one request only.
+    assert request.headers["connection"] == "close"
 
 
 def test_every_redirect_hop_is_resolved_checked_and_pinned_again() -> None:
