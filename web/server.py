@@ -9,6 +9,15 @@ again and again while every other connection of the process waits. Measured with
 worst, the mean connection starved behind the fast ones; yielding after each answer:
 p99 30 ms, worst 42 ms, at 8 % less throughput (docs/operations.md, "Fair turns").
 
+A worker told to stop ends its open event streams first. The stock worker waits for
+its open connections up to gunicorn's graceful timeout (30 s) and then cuts them, so one
+open stream held a stopping worker that long (`driftless up` SIGKILLed it after its own
+10 s) and its client saw a dropped connection. Now each stream sends `event: end` with
+`{"reason": "shutdown"}` and its response ends; its connection closes after it (the
+stock loop would wait `--keep-alive` for another request), and the worker exits as soon
+as its connections are gone: on SIGTERM (a graceful stop) and on SIGINT or SIGQUIT (a
+quick one, which waits at most `QUIT_WAIT_S` for the streams to say goodbye).
+
 Only this module is imported by gunicorn's master (it loads the worker class before it
 forks); the worker monkey-patches the standard library in its own process, as the
 stock class does.
@@ -16,19 +25,27 @@ stock class does.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import gevent
 from gunicorn.workers.ggevent import GeventWorker
 
+# A quick stop (SIGINT, SIGQUIT) gives the streams this long to send their `end`.
+QUIT_WAIT_S = 1.0
+SHUTDOWN = "shutdown"
+
 
 class FairGeventWorker(GeventWorker):
     """The stock gevent worker, yielding to the process's other greenlets after each
-    request, so the requests of every connection run in turn."""
+    request, so the requests of every connection run in turn, and ending its event
+    streams when it stops."""
 
     def handle_request(self, *args: Any) -> Any:
         try:
-            return super().handle_request(*args)
+            answered = super().handle_request(*args)
         finally:
             # Back of the queue: the greenlets whose requests arrived meanwhile run first.
             try:
@@ -38,3 +55,34 @@ class FairGeventWorker(GeventWorker):
                 # gunicorn's loop ends one), rather than let its error handler write a
                 # 500 after a whole response.
                 raise StopIteration from None
+        if not self.alive:
+            # Stopping: close the connection now (gunicorn's own loop only closes those
+            # whose request began after the stop) rather than wait for another request.
+            raise StopIteration
+        return answered
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)  # stop accepting; wait for open connections
+        # Out of the signal handler, which may run in the hub, where nothing may block.
+        gevent.spawn(_end_streams)
+
+    def handle_quit(self, sig: int, frame: FrameType | None) -> None:
+        gevent.spawn(self._quit, sig, frame)
+
+    def _quit(self, sig: int, frame: FrameType | None) -> None:
+        self.alive = False
+        open_streams = _end_streams()
+        deadline = time.monotonic() + QUIT_WAIT_S
+        while open_streams() and time.monotonic() < deadline:
+            gevent.sleep(0.02)
+        super().handle_quit(sig, frame)  # exits the process
+
+
+def _end_streams() -> Callable[[], int]:
+    """End this process's event streams; returns how to count those still open."""
+    # Imported here, not at the top: the master imports this module before it forks and
+    # before gevent patches the standard library, and must not import Redis's client.
+    from shared.infra import live
+
+    live.end_all(SHUTDOWN)
+    return live.listening

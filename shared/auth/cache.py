@@ -4,7 +4,9 @@ Every API request presents its key; looking it up costs a database round trip an
 pool checkout, a quarter of a message post's time before this cache. Only live keys
 are remembered (an unknown key is looked up every time, so a key just created works at
 once), and each for `ttl_s` seconds at most: a revoked key stops working on every
-process within that time (CONTRACT.md, `driftless keys revoke`).
+process within that time (CONTRACT.md, `driftless keys revoke`). A caller that must
+notice sooner (an open event stream, at each ping) asks for an answer no older than it
+can accept, and a key found revoked is forgotten for every caller of the process.
 """
 
 from __future__ import annotations
@@ -27,23 +29,31 @@ class KeyCache:
     def __init__(self, *, ttl_s: float, unit_of_work: Callable[[], UnitOfWork]) -> None:
         self.ttl_s = ttl_s
         self._unit_of_work = unit_of_work
-        # The clock is looked up at each call (not bound at import) so tests can move it.
-        self._orgs: TTLCache[str, uuid.UUID] = TTLCache(
+        # Each key's org and when it was looked up. The clock is looked up at each call
+        # (not bound at import) so tests can move it.
+        self._orgs: TTLCache[str, tuple[uuid.UUID, float]] = TTLCache(
             maxsize=MAX_KEYS, ttl=max(ttl_s, 1e-9), timer=lambda: time.monotonic()
         )
         self._lock = threading.Lock()  # TTLCache is not thread-safe
 
-    def org_for_key(self, key: str) -> uuid.UUID | None:
-        """The org of a live key, or None for an unknown or revoked one."""
+    def org_for_key(self, key: str, *, max_age_s: float | None = None) -> uuid.UUID | None:
+        """The org of a live key, or None for an unknown or revoked one; what was looked
+        up more than `max_age_s` ago (default: the cache's TTL) is looked up again."""
         digest = hash_key(key)  # the key itself is never kept
         if self.ttl_s > 0:
             with self._lock:
-                org_id = self._orgs.get(digest)
-            if org_id is not None:
-                return org_id
+                remembered = self._orgs.get(digest)
+            if remembered is not None:
+                known, looked_up = remembered
+                if max_age_s is None or time.monotonic() - looked_up < max_age_s:
+                    return known
+        looked_up = time.monotonic()
         with self._unit_of_work() as uow:
             org_id = org_for_key(uow=uow, key=key)
-        if org_id is not None and self.ttl_s > 0:
+        if self.ttl_s > 0:
             with self._lock:
-                self._orgs[digest] = org_id
+                if org_id is None:
+                    self._orgs.pop(digest, None)
+                else:
+                    self._orgs[digest] = (org_id, looked_up)
         return org_id

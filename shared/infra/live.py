@@ -8,16 +8,21 @@ session's channel (a pattern), read by one thread that hands each event to the o
 streams of its session, in the order Redis sent them. A thousand streams cost one
 connection, not a thousand. Under gevent, monkey-patched `threading` and `queue` make
 that thread a greenlet and the waits cooperative; plain threads work the same way.
+
+A process that shuts down ends its streams (`end_all`): each listener is woken and told
+why, so its stream can say goodbye (`event: end`) rather than be cut by the server.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 
 import redis
@@ -50,15 +55,39 @@ def publish(client: redis.Redis, session_id: uuid.UUID | str, kind: str, topic_i
         log.warning("could not publish a live %s event for session %s", kind, session_id)
 
 
+# Why this process ends its streams (None while it serves), and the hubs to tell.
+_ending: str | None = None
+_hubs: weakref.WeakSet[LiveHub] = weakref.WeakSet()
+
+
+def end_all(reason: str) -> None:
+    """End every stream of this process, and any that opens from now on, for `reason`."""
+    global _ending
+    _ending = reason
+    for hub in list(_hubs):
+        hub.end_listeners(reason)
+
+
+def listening() -> int:
+    """How many listeners this process has open, across its hubs."""
+    return sum(hub.listening() for hub in list(_hubs))
+
+
 class Listener:
     """One stream's events, in order; `close()` exactly once when the stream ends."""
 
     def __init__(self, hub: LiveHub, name: str) -> None:
         self._hub, self.channel = hub, name
-        self._events: queue.Queue[str] = queue.Queue(BACKLOG)
+        # None: a wake-up, put there by `end()`.
+        self._events: queue.Queue[str | None] = queue.Queue(BACKLOG)
+        # Why the process ended this stream; its stream says so and returns.
+        self.ended: str | None = _ending
 
     def next(self, timeout: float) -> str | None:
-        """The next event's data, or None if none came within `timeout` seconds."""
+        """The next event's data, or None if none came within `timeout` seconds or the
+        listener was ended (see `ended`)."""
+        if self.ended:
+            return None
         try:
             return self._events.get(timeout=max(0.0, timeout))
         except queue.Empty:
@@ -69,6 +98,13 @@ class Listener:
             self._events.put_nowait(data)
         except queue.Full:
             log.warning("live stream of %s is %d events behind; dropped one", self.channel, BACKLOG)
+
+    def end(self, reason: str) -> None:
+        """Wake the stream with `reason` to end."""
+        self.ended = reason
+        # A full queue needs no wake-up: its reader is not waiting.
+        with contextlib.suppress(queue.Full):
+            self._events.put_nowait(None)
 
     def close(self) -> None:
         self._hub.remove(self)
@@ -97,6 +133,7 @@ class LiveHub:
         self._lock = threading.Lock()
         self._listeners: dict[str, set[Listener]] = {}
         self._reader: _Reader | None = None
+        _hubs.add(self)
 
     def listen(self, session_id: uuid.UUID | str) -> Listener:
         """A listener of the session's events, once the hub is subscribed to them.
@@ -120,6 +157,13 @@ class LiveHub:
                 listeners.discard(listener)
                 if not listeners:
                     del self._listeners[listener.channel]
+
+    def end_listeners(self, reason: str) -> None:
+        """End every open listener for `reason` (the process shuts down)."""
+        with self._lock:
+            listeners = [listener for group in self._listeners.values() for listener in group]
+        for listener in listeners:
+            listener.end(reason)
 
     def listening(self) -> int:
         """How many listeners are open (for logs and tests)."""

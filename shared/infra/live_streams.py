@@ -15,16 +15,26 @@ a threaded server, one of its threads, so streams are admitted, not just served:
   last lease.
 - **In time**: the server ends a stream that had no event for `stream_idle_s` (pings do
   not count) or that is `stream_max_s` old (`StreamTimer`).
+
+`event_stream` is a stream's body: it also ends, at a ping, a stream whose key was
+revoked, and at once a stream whose process shuts down (shared/infra/live.py `end_all`).
+Whenever the server ends a stream it says why, as `event: end`, so the client knows to
+reconnect rather than guess at a dropped connection.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
+import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import redis
+
+from shared.infra.live import Listener
 
 log = logging.getLogger(__name__)
 
@@ -195,3 +205,60 @@ class StreamTimer:
         if now >= self.last_event + self.idle_s:
             return "idle"
         return None
+
+
+READY = "event: ready\ndata: {}\n\n"
+PING = ": ping\n\n"
+
+
+def event_stream(
+    *, slot: Slot, listener: Listener, timer: StreamTimer, ping_s: float,
+    key_live: Callable[[], bool], client_left: Callable[[], None],
+) -> Iterator[str]:  # fmt: skip
+    """A stream's Server-Sent Events: `ready`, the session's events with a ping every
+    `ping_s`, and `end` with why the server ended it.
+
+    At each ping the stream renews its lease and asks `key_live` whether its key still
+    works. It gives back its slot and listener however it ends; `client_left` runs only
+    when the client went away (the server closed the body at a failed write), not when
+    the server ended the stream.
+    """
+    ended: str | None = None  # why the server ended it
+    left = False
+    try:
+        yield READY
+        next_ping = time.monotonic() + ping_s
+        while True:
+            now = time.monotonic()
+            ended = listener.ended or timer.ended(now)
+            if ended:
+                break
+            if now >= next_ping:
+                ended = _ping_ends(slot, key_live)
+                if ended:
+                    break
+                yield PING
+                next_ping = time.monotonic() + ping_s
+                continue
+            data = listener.next(timeout=min(next_ping, timer.deadline()) - now)
+            if data is not None:
+                timer.event(time.monotonic())
+                yield f"event: session\ndata: {data}\n\n"
+        yield f"event: end\ndata: {json.dumps({'reason': ended})}\n\n"
+    except GeneratorExit:
+        left = ended is None
+        raise
+    finally:
+        listener.close()
+        slot.release()
+        if left:
+            client_left()
+
+
+def _ping_ends(slot: Slot, key_live: Callable[[], bool]) -> str | None:
+    """Why the stream ends at this ping, if it does."""
+    if not slot.renew():  # the process stalled past its lease
+        return "lease"
+    if not key_live():
+        return "revoked"
+    return None

@@ -6,28 +6,28 @@ subscription (shared/infra/live.py `LiveHub`). A stream is still admitted first
 (shared/infra/live_streams.py): at most three quarters of this process's
 `--worker-connections` (half its threads on a threaded server), so ordinary requests
 always find room, and at most `DRIFTLESS_MAX_STREAMS_PER_ORG` per org across the fleet;
-beyond either, 429 with a Retry-After. The server ends a stream that stayed idle or
-grew too old.
+beyond either, 429 with a Retry-After. The server ends a stream that stayed idle, grew
+too old, or whose key was revoked (re-checked at each ping), and every stream of a
+process that shuts down (web/server.py), each with `event: end` and the reason.
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import logging
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from flask import Response, current_app, stream_with_context
+from flask import Response, current_app, request, stream_with_context
 
 from shared.evaluations.requests import request_evaluation
 from shared.infra.bootstrap import Runtime
-from shared.infra.live import Listener, LiveHub
-from shared.infra.live_streams import Refusal, Slot, StreamGate, StreamLeases, StreamTimer
+from shared.infra.live import LiveHub
+from shared.infra.live_streams import Refusal, StreamGate, StreamLeases, StreamTimer, event_stream
 from shared.sessions.service import load_session
 from web.auth import current_org
 from web.errors import error_response
@@ -38,8 +38,8 @@ from web.views.common import api_blueprint
 log = logging.getLogger(__name__)
 bp = api_blueprint("live", "live")
 
-# A ping this often renews the stream's lease and notices a client that went away (the
-# next write fails).
+# A ping this often renews the stream's lease, re-checks its key, and notices a client
+# that went away (the next write fails).
 PING_S = 5.0
 # Threads of a server whose count we cannot read: the old Procfile's 8.
 FALLBACK_THREADS = 8
@@ -130,68 +130,59 @@ def _refused(refusal: Refusal) -> Response:
 @bp.get("/sessions/<sid>/events", responses={200: None, 429: ErrorOut})
 def events(path: SessionPath) -> Response:
     """text/event-stream: `ready`, then a `session` event whenever a worker changed the
-    session (fork, summary, evaluation), and `end` when the server ends the stream (idle
-    or too old: reconnect). The client going away is the disconnect exit trigger."""
+    session (fork, summary, evaluation), and `end` when the server ends the stream (idle,
+    too old, key revoked, server shutting down: reconnect). The client going away is the
+    disconnect exit trigger."""
     org_id = current_org()
     with unit_of_work() as uow:
         session = load_session(uow=uow, org_id=org_id, session_id=path.sid)
-    rt = runtime()
+    opened = _open(runtime(), org_id, session.id)
+    return _refused(opened) if isinstance(opened, Refusal) else opened
+
+
+def _open(rt: Runtime, org_id: uuid.UUID, session_id: uuid.UUID) -> Response | Refusal:
+    """The session's event stream, admitted and subscribed, or why it was refused."""
     streams = _streams(rt)
-    admitted = streams.gate.admit(org_id=org_id)
-    if isinstance(admitted, Refusal):
-        return _refused(admitted)
+    slot = streams.gate.admit(org_id=org_id)
+    if isinstance(slot, Refusal):
+        return slot
     try:
         # Subscribed before `ready`: an event published after it reaches the client.
-        listener = streams.hub.listen(session.id)
+        listener = streams.hub.listen(session_id)
     except BaseException:
-        admitted.release()
+        slot.release()
         raise
-    body = stream_with_context(_stream(rt, org_id, session.id, admitted, listener))
+    settings = rt.settings
+    body = event_stream(
+        slot=slot, listener=listener, ping_s=PING_S,
+        timer=StreamTimer.start(
+            time.monotonic(), idle_s=settings.stream_idle_s, max_s=settings.stream_max_s
+        ),
+        key_live=functools.partial(_key_live, rt, org_id, _presented_key()),
+        client_left=functools.partial(_disconnected, rt, org_id, session_id),
+    )  # fmt: skip
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    response = Response(body, mimetype="text/event-stream", headers=headers)
+    response = Response(stream_with_context(body), mimetype="text/event-stream", headers=headers)
     # Also when the body never started (the generator's finally would not run).
     response.call_on_close(listener.close)
-    response.call_on_close(admitted.release)
+    response.call_on_close(slot.release)
     return response
 
 
-def _stream(
-    rt: Runtime, org_id: uuid.UUID, session_id: uuid.UUID, slot: Slot, listener: Listener
-) -> Iterator[str]:
-    settings = rt.settings
-    timer = StreamTimer.start(
-        time.monotonic(), idle_s=settings.stream_idle_s, max_s=settings.stream_max_s
-    )
-    ended: str | None = None  # why the server ended it
-    gone = False  # the client went away: the server closed the body at a failed write
+def _presented_key() -> str:
+    """The request's bearer key (web/auth.py has checked it)."""
+    return request.headers.get("Authorization", "").partition(" ")[2].strip()
+
+
+def _key_live(rt: Runtime, org_id: uuid.UUID, key: str) -> bool:
+    """Whether the stream's key still works, as of one ping ago at most.
+
+    Through the process's key cache, so the streams of one key cost one lookup per ping
+    interval between them. A lookup that fails keeps the stream: the next ping asks
+    again, and an outage of the database does not end every stream at once.
+    """
     try:
-        yield "event: ready\ndata: {}\n\n"
-        next_ping = time.monotonic() + PING_S
-        while True:
-            now = time.monotonic()
-            ended = timer.ended(now)
-            if ended:
-                break
-            if now >= next_ping:
-                if not slot.renew():  # the process stalled past its lease
-                    ended = "lease"
-                    break
-                yield ": ping\n\n"
-                next_ping = time.monotonic() + PING_S
-                continue
-            data = listener.next(timeout=min(next_ping, timer.deadline()) - now)
-            if data is None:  # a timeout
-                continue
-            timer.event(time.monotonic())
-            yield f"event: session\ndata: {data}\n\n"
-        yield f"event: end\ndata: {json.dumps({'reason': ended})}\n\n"
-    except GeneratorExit:
-        gone = ended is None
-        raise
-    finally:
-        listener.close()
-        slot.release()
-        # Only a client that left is the exit trigger: a server that stops (its worker's
-        # greenlets killed at shutdown) or an error is not the user leaving the session.
-        if gone:
-            _disconnected(rt, org_id, session_id)
+        return rt.key_cache.org_for_key(key, max_age_s=PING_S) == org_id
+    except Exception:
+        log.warning("could not re-check an event stream's key; asking again at the next ping")
+        return True
