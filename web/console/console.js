@@ -3,6 +3,7 @@
 
 import { ApiError, api, auth, scopeQuery, sendExitTrigger, seg } from "./api.js";
 import { formatTime, h, plural, replace, shortId } from "./dom.js";
+import { reevaluationsCard } from "./reevaluations.js";
 import { searchBox } from "./search.js";
 import { SessionView } from "./session.js";
 
@@ -202,7 +203,7 @@ async function renderHome({ agentId, userId }) {
     ),
     scopeSelected ? searchCard(agentId, userId) : null,
     newSessionCard(agentId, userId),
-    reevaluationsCard(),
+    reevaluationsCard({ onUnauthorized: unauthorized }),
   );
   replace(view, grid);
 
@@ -334,72 +335,6 @@ function newSessionCard(agentId, userId) {
       },
       h("label", {}, "Session id", open),
       h("button", { type: "submit" }, "Open"),
-    ),
-  );
-}
-
-// --- home: the org's re-evaluation campaigns ------------------------------------------
-
-// While a campaign runs, its progress is read again this often (while the list is shown).
-const REEVALUATIONS_REFRESH_MS = 3000;
-
-function reevaluationsCard() {
-  const list = h("div", {}, h("p", { class: "muted" }, "Loading…"));
-  const card = h(
-    "section",
-    { class: "card", "aria-labelledby": "reevaluations-heading" },
-    h("h2", { id: "reevaluations-heading" }, "Re-evaluations"),
-    list,
-  );
-  loadReevaluations(list);
-  return card;
-}
-
-async function loadReevaluations(container) {
-  try {
-    const body = await api("GET", "/reevaluations");
-    const campaigns = body.reevaluations ?? [];
-    replace(
-      container,
-      campaigns.length
-        ? h("ul", { class: "plain reevaluation-list" }, campaigns.map(reevaluationRow))
-        : h("p", { class: "muted" }, "No re-evaluations yet: POST /agents-api/reevaluations starts one."),
-    );
-    if (campaigns.some((c) => c.state === "running")) {
-      setTimeout(() => container.isConnected && loadReevaluations(container), REEVALUATIONS_REFRESH_MS);
-    }
-  } catch (error) {
-    if (error.status === 401) return unauthorized();
-    replace(container, h("p", { class: "error" }, error.message));
-  }
-}
-
-function reevaluationRow(campaign) {
-  const settled = campaign.done + campaign.failed;
-  const scope = [campaign.agentId, campaign.userId].filter(Boolean).join(" / ");
-  return h(
-    "li",
-    { "data-reevaluation-id": campaign.id, "data-state": campaign.state },
-    h(
-      "div",
-      { class: "head-row" },
-      h("span", { class: `pill reevaluation-${campaign.state}` }, campaign.state),
-      h(
-        "span",
-        { class: "small" },
-        `${settled} / ${plural(campaign.total, "topic")}`,
-        campaign.failed ? h("span", { class: "error" }, ` · ${campaign.failed} failed`) : null,
-      ),
-    ),
-    h("progress", {
-      max: Math.max(campaign.total, 1),
-      value: campaign.total ? settled : 1,
-      "aria-label": `Re-evaluation ${shortId(campaign.id)}: ${settled} of ${campaign.total}`,
-    }),
-    h(
-      "span",
-      { class: "muted small" },
-      `${scope || "every agent and user"} · started ${formatTime(campaign.createdAt)}`,
     ),
   );
 }
