@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from shared.domain.errors import Conflict, Invalid, NotFound
+from shared.domain.limits import MAX_SCOPE_ID_CHARS
 from shared.infra.config import Settings
 from shared.infra.db.uow import UnitOfWork
 from shared.llm.factory import configured_model
@@ -29,7 +30,6 @@ from shared.reevaluations.selection import Maker, Selection, count_topics
 DEFAULT_RATE = 5.0
 MIN_RATE = 0.1
 MAX_RATE = 1000.0
-MAX_SCOPE_ID = 200  # as the API's agentId and userId
 LISTED = 100  # GET /agents-api/reevaluations answers the newest this many
 
 log = logging.getLogger(__name__)
@@ -40,8 +40,8 @@ def _check(
 ) -> None:
     """Invalid, naming the field, for a filter or rate a campaign cannot run with."""
     for field, value in (("agentId", agent_id), ("userId", user_id)):
-        if value is not None and (not value.strip() or len(value) > MAX_SCOPE_ID):
-            raise Invalid(f"{field}: must be 1 to {MAX_SCOPE_ID} characters, not blank")
+        if value is not None and (not value.strip() or len(value) > MAX_SCOPE_ID_CHARS):
+            raise Invalid(f"{field}: must be 1 to {MAX_SCOPE_ID_CHARS} characters, not blank")
     if since is not None and since.utcoffset() is None:
         raise Invalid("since: must carry a timezone, as in 2026-01-01T00:00:00Z")
     if not math.isfinite(rate) or not MIN_RATE <= rate <= MAX_RATE:

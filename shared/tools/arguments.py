@@ -10,14 +10,13 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
 from shared.domain.errors import Invalid
-from shared.domain.limits import MAX_TOOL_ARGUMENTS_CHARS, Limits, check_json
+from shared.domain.limits import MAX_FACT_KEY_CHARS, MAX_TOOL_ARGUMENTS_CHARS, Limits, check_json
 from shared.domain.storable import unstorable_at
 from shared.search.service import MAX_LIMIT, MAX_QUERY_CHARS
 
 MAX_NOTE_CHARS = 20_000
 # A recall answers fewer results than the API's default: they enter the model's context.
 RECALL_LIMIT = 5
-MAX_FACT_KEY_CHARS = 200
 
 
 class _Arguments(BaseModel):
