@@ -5,12 +5,17 @@ and GET /v1/models. Answers are scripted (`answer`, `answer_json`, `fail`, `slow
 `queue`, or computed from each request by `answer_with`), and every request body is
 logged, so a test can check what the provider sent; `in_flight` counts the calls being
 answered right now (a fault test kills a worker while one is).
+
+`python -m tests.llm_server --port 8099` serves it on its own, for the README's agent
+loop without an OpenAI key: each answer says what reached the model.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
+import sys
 import threading
 import time
 from collections import deque
@@ -46,10 +51,12 @@ class FakeOpenAI:
 
     `keep_alive`: answer in HTTP/1.1 and keep each connection for the client's next call,
     as real providers do (a benchmark); by default every call has a connection of its own.
+    `port`: 0 (the default) takes a free one.
     """
 
-    def __init__(self, *, keep_alive: bool = False) -> None:
+    def __init__(self, *, keep_alive: bool = False, port: int = 0) -> None:
         self.keep_alive = keep_alive
+        self.port = port
         self._lock = threading.Lock()
         self._default = Reply()
         self._queue: deque[Reply] = deque()
@@ -65,7 +72,7 @@ class FakeOpenAI:
     # --- lifecycle --------------------------------------------------------------------
 
     def start(self) -> FakeOpenAI:
-        server = _Server(("127.0.0.1", 0), _handler_for(self))
+        server = _Server(("127.0.0.1", self.port), _handler_for(self))
         server.daemon_threads = True
         self._server = server
         self._stopping.clear()
@@ -301,3 +308,31 @@ def _handler_for(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 super().finish()
 
     return Handler
+
+
+def what_reached_me(body: dict[str, Any]) -> str:
+    """The stand-in's answer: how many messages the model was sent, and the user's last."""
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    said = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), None)
+    return f"(offline stand-in model) {len(messages)} messages reached me; the last: {said!r}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="An offline OpenAI-compatible stand-in model.")
+    parser.add_argument("--port", type=int, default=8099)
+    args = parser.parse_args(argv)
+    server = FakeOpenAI(port=args.port)
+    server.answer_with(what_reached_me)
+    server.start()
+    print(f"stand-in model at {server.base_url} (Ctrl-C stops it)", file=sys.stderr, flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,5 +1,7 @@
-"""The README's agent loop runs as printed: the real `openai` client (against
-tests/llm_server.py), driftless_client against the real system, one turn, then `quit`."""
+"""The README's agent loop (the `agent.py` it asks to save) runs as printed: the real
+`openai` client (against tests/llm_server.py), driftless_client against the real system,
+one turn, then `quit`. tests/e2e/test_readme_blocks.py runs it as the README's bash block
+does, against `driftless up`."""
 
 from __future__ import annotations
 
@@ -12,15 +14,17 @@ import pytest
 from driftless_client import Client
 from tests.client.conftest import System
 from tests.llm_server import FakeOpenAI
+from tests.readme_blocks import saved_files
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def agent_loop() -> str:
-    """The python block of the README's "Client library" section."""
+    """The python block of the README's "Client library" section, saved as agent.py."""
     section = README.read_text().split("## Client library\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
     assert len(blocks) == 1, "the section shows one python example"
+    assert saved_files()["agent.py"] == blocks[0]
     return str(blocks[0])
 
 
