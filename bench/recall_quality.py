@@ -112,7 +112,9 @@ class Conversation:
 def load(paths: Sequence[Path]) -> list[Conversation]:
     conversations = []
     for path in paths:
-        for raw in json.loads(path.read_text()):
+        for sample in json.loads(path.read_text()):
+            # locomo10.json as published nests the sessions under "conversation".
+            raw = {**sample.get("conversation", {}), **sample}
             keys = sorted(
                 (int(m.group(1)), key)
                 for key in raw

@@ -21,7 +21,7 @@ from tests import services
 from tests.helpers import wait_for
 from worker.supervisor import KILL_WAIT_S, STOP_GRACE_S
 
-UP_BROKER_REDIS_DB = services.DATA_REDIS_DB - 3
+UP_BROKER_REDIS_DB = (services.DATA_REDIS_DB - 3) % 16  # Redis's 16 databases, 0-15
 
 
 def _free_port() -> int:

@@ -1,4 +1,5 @@
-"""The driftless MCP server: the three built-in tools plus `get_context`.
+"""The driftless MCP server: the built-in tools (notes, important_info, manage_topic_memory,
+recall) plus `get_context`.
 
 Built on the SDK's low-level `Server` rather than `MCPServer`, because the input
 schemas must be the contract's tool definitions (web/mcp/tools.py), not schemas
@@ -39,10 +40,13 @@ from web.mcp.tools import GET_CONTEXT, INPUT_SCHEMAS, TOOLS
 
 log = logging.getLogger(__name__)
 
+# Named from the tools served, so a new built-in tool is never missing from what the
+# model is told.
 INSTRUCTIONS = (
-    "Memory for this conversation. Call the built-in tools (notes, important_info, "
-    "manage_topic_memory) before any other tool; every call is stored in the session's "
-    "thread. get_context returns what the model should see next turn."
+    "Memory for this conversation. Call the built-in tools ("
+    + ", ".join(tool.name for tool in TOOLS if tool.name != GET_CONTEXT)
+    + ") before any other tool; every call is stored in the session's thread. "
+    "get_context returns what the model should see next turn."
 )
 
 
