@@ -31,6 +31,7 @@ from shared.auth.service import create_api_key, org_for_key
 from shared.infra.bootstrap import Runtime
 from shared.infra.config import Settings
 from shared.infra.db.migrate import upgrade
+from shared.infra.logs import LogFormat, configure_logging
 from shared.infra.runtime import Endpoints
 from worker.multiproc import PRIVATE_DIR_PREFIX, remove_orphaned_dirs
 
@@ -55,6 +56,12 @@ def _dev_key(runtime: Runtime, home: Path) -> str:
     key_file.write_text(key + "\n")
     key_file.chmod(0o600)
     return key
+
+
+def _log_format(settings: Settings) -> LogFormat:
+    """LOG_FORMAT when it is set, else text: a person reads this terminal (JSON is for log
+    shippers). The same for every process, this one included."""
+    return settings.log_format if os.environ.get("LOG_FORMAT", "").strip() else "text"
 
 
 def _commands(settings: Settings) -> dict[str, list[str]]:
@@ -239,6 +246,8 @@ def run_system(settings: Settings) -> int:
     """Run until Ctrl-C (or SIGTERM, SIGHUP, or any child dying); returns the exit status."""
     home = settings.home
     home.mkdir(parents=True, exist_ok=True)
+    log_format = _log_format(settings)
+    configure_logging(log_format)  # the CLI chose JSON, the default, when LOG_FORMAT is unset
     if _port_taken(settings.port):
         click.echo(
             f"driftless: port {settings.port} is in use (another `driftless up`?); "
@@ -272,7 +281,7 @@ def run_system(settings: Settings) -> int:
 
         env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url}
         env.setdefault("CELERY_BROKER_URL", settings.broker_url or redis_url)
-        env.setdefault("LOG_FORMAT", "text")  # a person reads this terminal; JSON is for shippers
+        env["LOG_FORMAT"] = log_format
         environments = _environments(env, _web_metrics_dir(cleanup))
 
         stop = _StopSignals(cleanup)
@@ -289,6 +298,7 @@ def run_system(settings: Settings) -> int:
             click.echo(f"driftless is up: http://127.0.0.1:{settings.port}  (console: /console)")
             click.echo(f"database: {database_url}")
             click.echo(f"redis:    {redis_url}")
+            click.echo(f"dev key file: {(home / 'dev-key').resolve()}")
             click.echo("dev API key (Authorization: Bearer <key>):")
             click.echo(key)
         while stop.received is None:

@@ -85,7 +85,7 @@ def test_without_a_usable_request_id_the_web_makes_one(
 ) -> None:
     tid = new_session(broken_client, auth)["activeTopicId"]
     stream = capture_logs("json")
-    ids = []
+    ids: list[str] = []
     for header in ({}, {"X-Request-Id": "no spaces allowed"}, {"X-Request-Id": "x" * 129}):
         response = broken_client.put(
             f"/agents-api/topics/{tid}/memory",
@@ -122,3 +122,45 @@ def test_configuring_twice_replaces_the_handler(capture_logs: Any) -> None:
     first, second = capture_logs("json"), capture_logs("json")
     logging.getLogger("probe").warning("once")
     assert first.getvalue() == "" and json.loads(second.getvalue())["message"] == "once"
+
+
+def access_lines(stream: io.StringIO) -> list[dict[str, Any]]:
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    return [line for line in lines if line["logger"] == "web.access"]
+
+
+def test_each_request_logs_one_access_line_with_its_id(
+    client: FlaskClient, auth: dict[str, str], capture_logs: Any
+) -> None:
+    stream = capture_logs("json")
+    response = client.get(
+        "/agents-api/sessions?agentId=support-bot&userId=alice",
+        headers={**auth, "X-Request-Id": "r-7"},
+    )
+    assert response.status_code == 200
+    [line] = access_lines(stream)
+    method, target, status, milliseconds, unit = line["message"].split(" ")
+    assert (method, status, unit, line["level"]) == ("GET", "200", "ms", "INFO")
+    # The query's names, never its values: a value may be a secret or someone's words.
+    assert target == "/agents-api/sessions?agentId&userId"
+    assert float(milliseconds) >= 0 and line["request_id"] == "r-7"
+    assert auth["Authorization"].split()[-1] not in stream.getvalue()
+
+
+def test_a_refused_request_is_logged_too(client: FlaskClient, capture_logs: Any) -> None:
+    stream = capture_logs("text")
+    assert client.get("/agents-api/sessions").status_code == 401  # no key
+    [line] = [line for line in stream.getvalue().splitlines() if " web.access: " in line]
+    assert " INFO web.access: GET /agents-api/sessions 401 " in line
+
+
+def test_a_probe_that_succeeds_is_logged_at_debug_only(
+    client: FlaskClient, capture_logs: Any
+) -> None:
+    stream = capture_logs("json")
+    assert client.get("/healthz").status_code == 200
+    assert access_lines(stream) == []
+    logging.getLogger().setLevel(logging.DEBUG)
+    client.get("/healthz")
+    [line] = access_lines(stream)
+    assert line["level"] == "DEBUG" and line["message"].startswith("GET /healthz 200 ")
