@@ -259,9 +259,6 @@ def server_command(server: str, port: int) -> list[str]:
         line = found.group(1)
     words = shlex.split(line.replace("${PORT:-8000}", str(port)))
     words = [w.replace(f"0.0.0.0:{port}", f"127.0.0.1:{port}") for w in words]
-    if "--access-logfile" in words:
-        at = words.index("--access-logfile")
-        del words[at : at + 2]
     return [str(BIN / words[0]), *words[1:]]
 
 

@@ -36,6 +36,7 @@ from shared.infra.runtime import Endpoints
 from worker.multiproc import PRIVATE_DIR_PREFIX, remove_orphaned_dirs
 
 STOP_GRACE_S = 10.0  # from SIGTERM to SIGKILL; work cut short is redelivered (acks_late)
+GRACEFUL_TIMEOUT_S = int(STOP_GRACE_S) - 2  # the web's, for its requests in flight
 KILL_WAIT_S = 5.0  # after SIGKILL, for the kernel to tear the processes down
 START_TIMEOUT_S = 60.0  # for the web to answer /healthz
 POLL_S = 0.1
@@ -75,6 +76,9 @@ def _commands(settings: Settings) -> dict[str, list[str]]:
             "--worker-connections", "1000",
             # As the Procfile's, which says why: every valid id fits a request line.
             "--limit-request-line", "8190",
+            # Requests still running when a stop begins get this long, inside the
+            # supervisor's own grace before SIGKILL (gunicorn's default is 30 s).
+            "--graceful-timeout", str(GRACEFUL_TIMEOUT_S),
             "--no-control-socket", "web.app:create_app()",
         ],
         "worker": [
