@@ -15,10 +15,8 @@ tests/unit/test_docs_in_sync.py keeps them few.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,8 +28,9 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.up import DRIFTLESS, stop_up, up_environment
+from tests.faults.procs import free_port
 from tests.readme_blocks import Block, bash_blocks, saved_files
-from worker.supervisor import KILL_WAIT_S, STOP_GRACE_S
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 TYPED = "When do we launch?\nquit\n"  # what the reader types into the agent loop
@@ -46,30 +45,17 @@ class System:
     env: dict[str, str]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def make_run(database_url: str, redis_url: str, tmp_path: Path) -> Iterator[System]:
     """`driftless up`, as `make run` runs it, on the test's servers and a free port."""
     home = tmp_path / "home"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CELERY_"))}
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    env.update(
-        DATABASE_URL=database_url,
-        REDIS_URL=redis_url,
-        PORT=str(_free_port()),
-        DRIFTLESS_HOME=str(home),
-        DRIFTLESS_WORKER_METRICS_PORT="0",  # 9808 may be a running system's
-    )
-    driftless = str(Path(sys.executable).parent / "driftless")
+    env = up_environment(
+        database_url=database_url, redis_url=redis_url, home=home, port=free_port(),
+        own_broker=False,
+    )  # fmt: skip
     log = (tmp_path / "up.log").open("w")  # its processes' logs, to read when this fails
     process = subprocess.Popen(
-        [driftless, "up"], env=env, stdout=subprocess.PIPE, stderr=log, text=True
+        [DRIFTLESS, "up"], env=env, stdout=subprocess.PIPE, stderr=log, text=True
     )
     assert process.stdout is not None
     # Keep reading what it prints after the banner, so a full pipe never stalls it.
@@ -84,13 +70,7 @@ def make_run(database_url: str, redis_url: str, tmp_path: Path) -> Iterator[Syst
         drain.start()
         yield System(port=int(env["PORT"]), home=home, key=key, env=env)
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=STOP_GRACE_S + KILL_WAIT_S + 10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_up(process, signal.SIGINT)
         if drain.is_alive():
             drain.join(timeout=10)
         process.stdout.close()

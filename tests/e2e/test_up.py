@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -17,18 +14,9 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests import services
+from tests.e2e.up import DRIFTLESS, STOPPED_WITHIN_S, stop_up, up_environment
+from tests.faults.procs import free_port
 from tests.helpers import wait_for
-from worker.supervisor import KILL_WAIT_S, STOP_GRACE_S
-
-UP_BROKER_REDIS_DB = (services.DATA_REDIS_DB - 3) % 16  # Redis's 16 databases, 0-15
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _get(url: str, key: str | None = None) -> dict[str, object]:
@@ -42,29 +30,13 @@ def _get(url: str, key: str | None = None) -> dict[str, object]:
 
 @pytest.fixture
 def up_process(database_url: str, redis_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
-    port = _free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "REDIS_URL": redis_url,
-        "CELERY_BROKER_URL": f"{services.redis_base_url()}/{UP_BROKER_REDIS_DB}",
-        "PORT": str(port),
-        "DRIFTLESS_HOME": str(tmp_path),
-        "DRIFTLESS_WORKER_METRICS_PORT": "0",  # 9808 may be a running system's
-    }
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    driftless = str(Path(sys.executable).parent / "driftless")
+    port = free_port()
+    env = up_environment(database_url=database_url, redis_url=redis_url, home=tmp_path, port=port)
     process = subprocess.Popen(
-        [driftless, "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        [DRIFTLESS, "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
     yield process, port
-    if process.poll() is None:  # a failed test: the supervisor still stops its tree
-        process.terminate()
-        try:
-            process.wait(timeout=STOP_GRACE_S + KILL_WAIT_S + 10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    stop_up(process, signal.SIGTERM)
     assert process.stdout is not None
     process.stdout.close()
 
@@ -169,5 +141,5 @@ def test_up_metrics_count_the_requests_of_both_web_processes(up_process) -> None
     assert counted >= sum(served.values()), served
 
     process.send_signal(signal.SIGINT)
-    assert process.wait(timeout=STOP_GRACE_S + KILL_WAIT_S + 10) == 0
+    assert process.wait(timeout=STOPPED_WITHIN_S) == 0
     assert not Path(web_dir).exists()  # removed on stop

@@ -4,11 +4,8 @@ so the banner with the URL and the dev key stays in sight, and one line per requ
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -17,17 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.up import DRIFTLESS, stop_up, up_environment
+from tests.faults.procs import free_port
 from tests.helpers import wait_for
-from worker.supervisor import KILL_WAIT_S, STOP_GRACE_S
 
 IDLE_S = 5.0  # the re-evaluation pump alone used to log 3 lines a second
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -42,33 +33,21 @@ class Up:
 @pytest.fixture
 def up(database_url: str, redis_url: str, tmp_path: Path) -> Iterator[Up]:
     """`driftless up` as `make run` starts it: LOG_FORMAT unset."""
-    port = _free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "REDIS_URL": redis_url,
-        "PORT": str(port),
-        "DRIFTLESS_HOME": str(tmp_path),
-        "DRIFTLESS_WORKER_METRICS_PORT": "0",  # 9808 may be a running system's
-    }
+    port = free_port()
     # The broker is REDIS_URL's database, as under `make run`: never the session worker's.
-    for name in ("CELERY_BROKER_URL", "LOG_FORMAT", "LOG_LEVEL", "PROMETHEUS_MULTIPROC_DIR"):
-        env.pop(name, None)
+    env = up_environment(
+        database_url=database_url, redis_url=redis_url, home=tmp_path, port=port, own_broker=False
+    )
     output = tmp_path / "terminal.log"
     with output.open("wb") as terminal:
         process = subprocess.Popen(
-            [str(Path(sys.executable).parent / "driftless"), "up"],
+            [DRIFTLESS, "up"],
             env=env, stdout=terminal, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
         yield Up(port, output)
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=STOP_GRACE_S + KILL_WAIT_S + 10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_up(process, signal.SIGINT)
         print(output.read_text(errors="replace"))  # shown when the test failed
 
 

@@ -8,23 +8,20 @@ connection.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests import services
+from tests.e2e.up import DRIFTLESS, STOPPED_WITHIN_S, stop_up, up_environment
 from tests.faults.http import Api
 from tests.faults.procs import free_port
 from tests.sse_client import EventStream, rest
-from worker.supervisor import KILL_WAIT_S, STOP_GRACE_S
+from worker.supervisor import STOP_GRACE_S
 
-UP_BROKER_REDIS_DB = services.DATA_REDIS_DB - 3
 START_TIMEOUT_S = 60.0
 
 
@@ -34,30 +31,15 @@ def up(
 ) -> Iterator[tuple[subprocess.Popen[str], int, Path]]:
     """`driftless up` on a free port; its own output (not its children's) in a file."""
     port = free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "REDIS_URL": redis_url,
-        "CELERY_BROKER_URL": f"{services.redis_base_url()}/{UP_BROKER_REDIS_DB}",
-        "PORT": str(port),
-        "DRIFTLESS_HOME": str(tmp_path),
-        "DRIFTLESS_WORKER_METRICS_PORT": "0",  # 9808 may be a running system's
-    }
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    env = up_environment(database_url=database_url, redis_url=redis_url, home=tmp_path, port=port)
     errors = tmp_path / "stderr"
     with errors.open("w") as stderr:
         process = subprocess.Popen(
-            [str(Path(sys.executable).parent / "driftless"), "up"],
+            [DRIFTLESS, "up"],
             env=env, stdout=subprocess.PIPE, stderr=stderr, text=True,
         )  # fmt: skip
     yield process, port, errors
-    if process.poll() is None:  # a failed test: the supervisor still stops its tree
-        process.terminate()
-        try:
-            process.wait(timeout=STOP_GRACE_S + KILL_WAIT_S + 10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    stop_up(process, signal.SIGTERM)
     assert process.stdout is not None
     process.stdout.close()
 
@@ -83,7 +65,7 @@ def test_ctrl_c_ends_open_streams_with_end_shutdown_and_stops_the_web_without_si
         process.send_signal(signal.SIGINT)
         stopping = time.monotonic()
         received = [rest(stream) for stream in streams]
-        status = process.wait(timeout=STOP_GRACE_S + KILL_WAIT_S + 10)
+        status = process.wait(timeout=STOPPED_WITHIN_S)
         stopped_s = time.monotonic() - stopping
     finally:
         for stream in streams:
