@@ -65,6 +65,12 @@ ENVIRONMENT: dict[str, str] = {
     "DRIFTLESS_WEBHOOK_TIMEOUT_S": "webhook_timeout_s",
     "DRIFTLESS_WEBHOOK_ALLOW_PRIVATE": "webhook_allow_private",
     "DRIFTLESS_WEBHOOK_KEYS": "webhook_keys",
+    "DRIFTLESS_ORG_REQUESTS_PER_S": "org_requests_per_s",
+    "DRIFTLESS_ORG_REQUEST_BURST": "org_request_burst",
+    "DRIFTLESS_WEB_STATEMENT_TIMEOUT_MS": "web_statement_timeout_ms",
+    "DRIFTLESS_SEARCHES_PER_ORG": "searches_per_org",
+    "DRIFTLESS_WEBHOOKS_PER_ORG": "webhooks_per_org",
+    "DRIFTLESS_CAMPAIGNS_PER_ORG": "campaigns_per_org",
     "LOG_FORMAT": "log_format",
 }
 FIELD_TO_VARIABLE = {field: var for var, field in ENVIRONMENT.items()}
@@ -146,6 +152,20 @@ class Settings(BaseModel):
     # Fernet keys, comma-separated, that seal webhook secrets in the database: the first
     # seals, all open (rotation). Unset: secrets are stored as given (shared/webhooks/secrets.py).
     webhook_keys: str | None = Field(default=None, repr=False)
+    # Fair share between orgs ([3.2]): each limit is a 429 with Retry-After past it.
+    # Requests per org, a token bucket across the web fleet (0: no limit); the default
+    # lets a batch import at full speed (about 110 requests of 500 messages a second) by.
+    org_requests_per_s: float = Field(default=1000.0, ge=0)
+    org_request_burst: int = Field(default=2000, ge=1)
+    # The web's queries end after this long (0: never), so no request holds a pooled
+    # connection for long; searches open at once per org.
+    web_statement_timeout_ms: int = Field(default=5000, ge=0)
+    searches_per_org: int = Field(default=4, ge=1, le=1000)
+    # Webhook attempts in flight per org across the fleet: a quarter of a worker's 128
+    # slots, so one org's slow receivers leave the rest to others.
+    webhooks_per_org: int = Field(default=32, ge=1, le=10_000)
+    # Re-evaluation campaigns running at once per org.
+    campaigns_per_org: int = Field(default=2, ge=1, le=100)
     log_format: Literal["json", "text"] = "json"
 
     @model_validator(mode="after")
