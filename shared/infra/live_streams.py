@@ -6,13 +6,10 @@ a threaded server, one of its threads, so streams are admitted, not just served:
 - **Per process**: at most a fixed number of streams, so ordinary requests always find
   room: the web passes three quarters of gunicorn's `--worker-connections` under gevent,
   half its `--threads` on a threaded server. A process-local semaphore.
-- **Per org, across the fleet**: at most `DRIFTLESS_MAX_STREAMS_PER_ORG`. A sorted set
-  `driftless:streams:{<org>}` holds the org's stream ids, scored by when their lease
-  lapses (ms, Redis `TIME`: one clock for every host). One Lua script drops lapsed
-  leases, counts, and adds the new stream only below the limit. A stream renews its
-  lease at every ping and removes it when it ends; a process that dies leaves leases
-  that lapse within `LEASE_S`, so the count cannot leak. The key expires with its
-  last lease.
+- **Per org, across the fleet**: at most `DRIFTLESS_MAX_STREAMS_PER_ORG`, as leases in
+  `driftless:streams:{<org>}` (shared/infra/leases.py). A stream renews its lease at
+  every ping and removes it when it ends; a process that dies leaves leases that lapse
+  within `LEASE_S`, so the count cannot leak.
 - **In time**: the server ends a stream that had no event for `stream_idle_s` (pings do
   not count) or that is `stream_max_s` old (`StreamTimer`).
 
@@ -25,7 +22,6 @@ reconnect rather than guess at a dropped connection.
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 import uuid
@@ -34,9 +30,8 @@ from dataclasses import dataclass
 
 import redis
 
+from shared.infra.leases import OrgLeases, leases_key
 from shared.infra.live import Listener
-
-log = logging.getLogger(__name__)
 
 # A stream renews its lease every ping (5 s); a few missed renewals are a stalled
 # process, not a dead one.
@@ -46,74 +41,16 @@ LEASE_S = 30
 ORG_RETRY_AFTER_S = 30
 PROCESS_RETRY_AFTER_S = 5
 
-_NOW_MS = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-"""
-
-# KEYS: the org's set. ARGV: limit, lease ms, stream id. Returns 1 if admitted.
-_ACQUIRE = (
-    _NOW_MS
-    + """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
-  return 0
-end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
-"""
-)
-
-# KEYS: the org's set. ARGV: lease ms, stream id. Returns 0 if the lease had lapsed (its
-# slot may have gone to another stream since), else renews it and returns 1.
-_RENEW = (
-    _NOW_MS
-    + """
-local expires = redis.call('ZSCORE', KEYS[1], ARGV[2])
-if not expires or tonumber(expires) <= now then
-  redis.call('ZREM', KEYS[1], ARGV[2])
-  return 0
-end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-return 1
-"""
-)
-
 
 def streams_key(org_id: uuid.UUID) -> str:
-    return f"driftless:streams:{{{org_id}}}"
+    return leases_key("streams", org_id)
 
 
-class StreamLeases:
-    """The fleet-wide count of each org's open streams, as leases in Redis."""
+class StreamLeases(OrgLeases):
+    """The fleet-wide count of each org's open streams (shared/infra/leases.py)."""
 
     def __init__(self, client: redis.Redis, *, lease_s: int = LEASE_S) -> None:
-        self._client = client
-        self._lease_ms = lease_s * 1000
-        self._acquire = client.register_script(_ACQUIRE)
-        self._renew = client.register_script(_RENEW)
-
-    def acquire(self, *, org_id: uuid.UUID, limit: int) -> str | None:
-        """A lease for a new stream of the org (its id), or None if it holds `limit`."""
-        stream_id = uuid.uuid4().hex
-        admitted = self._acquire(
-            keys=[streams_key(org_id)], args=[limit, self._lease_ms, stream_id]
-        )
-        return stream_id if admitted == 1 else None
-
-    def renew(self, *, org_id: uuid.UUID, stream_id: str) -> bool:
-        """Extend the lease; False if it had lapsed."""
-        renewed = self._renew(keys=[streams_key(org_id)], args=[self._lease_ms, stream_id])
-        return bool(renewed == 1)
-
-    def release(self, *, org_id: uuid.UUID, stream_id: str) -> None:
-        """Best effort: a lease Redis cannot drop now lapses on its own."""
-        try:
-            self._client.zrem(streams_key(org_id), stream_id)
-        except redis.RedisError:
-            log.warning("could not release stream lease %s of org %s", stream_id, org_id)
+        super().__init__(client, kind="streams", lease_s=lease_s)
 
 
 @dataclass(frozen=True)
@@ -139,7 +76,7 @@ class Slot:
 
     def renew(self) -> bool:
         """Extend the lease; False if it lapsed (the stream should end)."""
-        return self._leases.renew(org_id=self._org_id, stream_id=self._stream_id)
+        return self._leases.renew(org_id=self._org_id, lease_id=self._stream_id)
 
     def release(self) -> None:
         with self._lock:
@@ -147,7 +84,7 @@ class Slot:
                 return
             self._released = True
         try:
-            self._leases.release(org_id=self._org_id, stream_id=self._stream_id)
+            self._leases.release(org_id=self._org_id, lease_id=self._stream_id)
         finally:
             self._room.release()
 
@@ -170,7 +107,7 @@ class StreamGate:
             message = f"this organization already has {self.per_org} open event streams"
             return Refusal("too_many_streams", message, ORG_RETRY_AFTER_S)
         if not self._room.acquire(blocking=False):
-            self._leases.release(org_id=org_id, stream_id=stream_id)
+            self._leases.release(org_id=org_id, lease_id=stream_id)
             message = "this server has no room for another event stream; retry shortly"
             return Refusal("streams_busy", message, PROCESS_RETRY_AFTER_S)
         return Slot(leases=self._leases, room=self._room, org_id=org_id, stream_id=stream_id)
