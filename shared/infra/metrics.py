@@ -133,6 +133,16 @@ WEBHOOK_DELIVERIES = at_zero(
     ),
     [(status,) for status in WEBHOOK_STATUSES],
 )
+# Per-org limits ([3.2]): each refusal, by the kind of work refused.
+LIMIT_KINDS = ("requests", "searches", "webhooks", "campaigns")
+LIMIT_HITS = at_zero(
+    Counter(
+        "driftless_limit_hits_total",
+        "Requests refused by a per-org limit, by kind",
+        ["kind"],
+    ),
+    [(kind,) for kind in LIMIT_KINDS],
+)
 WEBHOOK_ATTEMPT_SECONDS = Histogram(
     "driftless_webhook_attempt_seconds",
     "Wall time of one webhook attempt (every redirect hop included)",
