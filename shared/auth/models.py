@@ -3,7 +3,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import DateTime, ForeignKey, String
+from sqlalchemy import CheckConstraint, DateTime, Float, ForeignKey, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from shared.infra.db.base import Base, created_at_column
@@ -11,10 +11,18 @@ from shared.infra.db.base import Base, created_at_column
 
 class Org(Base):
     __tablename__ = "orgs"
+    __table_args__ = (
+        CheckConstraint("requests_per_s >= 0", name="requests_per_s"),
+        CheckConstraint("request_burst >= 1", name="request_burst"),
+    )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
     name: Mapped[str] = mapped_column(String(200), unique=True)
     created_at: Mapped[datetime] = created_at_column()
+    # The org's own request rate limit (`driftless orgs set`); NULL: the fleet's default
+    # (DRIFTLESS_ORG_REQUESTS_PER_S, DRIFTLESS_ORG_REQUEST_BURST). 0 requests a second: none.
+    requests_per_s: Mapped[float | None] = mapped_column(Float)
+    request_burst: Mapped[int | None] = mapped_column(Integer)
 
 
 class ApiKey(Base):
