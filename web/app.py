@@ -63,6 +63,14 @@ def _cooperative_database() -> None:
         log.info("gevent: psycopg2 waits cooperatively")
 
 
+def _statement_timeout(settings: Settings) -> tuple[None, float] | None:
+    """The web's bound on every statement (no lock timeout of its own: a lock wait is
+    part of the statement), or None when DRIFTLESS_WEB_STATEMENT_TIMEOUT_MS is 0."""
+    if settings.web_statement_timeout_ms == 0:
+        return None
+    return None, settings.web_statement_timeout_ms / 1000
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -103,6 +111,9 @@ def create_app(
         # second, each planning the post's statements again. Same ceiling, kept open.
         pool_size=settings.db_pool_size + settings.db_max_overflow,
         max_overflow=0,
+        # No request holds a pooled connection longer than this (503 `timeout`); only
+        # the web: workers and migrations legitimately run long statements.
+        transaction_bounds=_statement_timeout(settings),
     ).build()
 
     install_metrics(app)  # first: it times everything, rejected requests included

@@ -13,7 +13,15 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
-from shared.domain.errors import Conflict, DomainError, Invalid, NotFound, TooLarge, Unavailable
+from shared.domain.errors import (
+    Conflict,
+    DomainError,
+    Invalid,
+    NotFound,
+    TooBusy,
+    TooLarge,
+    Unavailable,
+)
 from web.schemas.common import FORM_TAGS
 
 log = logging.getLogger(__name__)
@@ -23,6 +31,7 @@ STATUS_OF: dict[type[DomainError], int] = {
     Conflict: 409,
     Invalid: 422,
     TooLarge: 413,
+    TooBusy: 429,
     Unavailable: 503,
 }
 HTTP_CODES = {
@@ -33,6 +42,10 @@ HTTP_CODES = {
     413: "too_large",
     415: "unsupported_media_type",
 }
+# PostgreSQL's query_canceled: the web's statement_timeout ended the query
+# (DRIFTLESS_WEB_STATEMENT_TIMEOUT_MS). The same request is likely as slow again at once.
+QUERY_CANCELED = "57014"
+TIMEOUT_RETRY_AFTER_S = 5
 
 
 def error_response(status: int, code: str, message: str, **extra: Any) -> tuple[Response, int]:
@@ -59,7 +72,10 @@ def validation_error_response(exc: ValidationError) -> Response:
 def install_error_handlers(app: Flask) -> None:
     @app.errorhandler(DomainError)
     def _domain(exc: DomainError) -> tuple[Response, int]:
-        return error_response(STATUS_OF.get(type(exc), 400), exc.code, exc.message)
+        response, status = error_response(STATUS_OF.get(type(exc), 400), exc.code, exc.message)
+        if isinstance(exc, TooBusy):
+            response.headers["Retry-After"] = str(exc.retry_after_s)
+        return response, status
 
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException) -> tuple[Response, int] | Any:
@@ -76,6 +92,13 @@ def install_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(OperationalError)
     def _database_down(exc: OperationalError) -> tuple[Response, int]:
+        if getattr(exc.orig, "pgcode", None) == QUERY_CANCELED:
+            log.warning("query ended by the statement timeout: %s", exc.orig)
+            response, status = error_response(
+                503, "timeout", "the query took too long and was stopped; retry later"
+            )
+            response.headers["Retry-After"] = str(TIMEOUT_RETRY_AFTER_S)
+            return response, status
         log.error("database unavailable: %s", exc)
         return error_response(503, "unavailable", "the database is unavailable; retry shortly")
 

@@ -39,3 +39,13 @@ class Unavailable(DomainError):
     """A dependency (database, Redis, broker) is down."""
 
     code = "unavailable"
+
+
+class TooBusy(DomainError):
+    """A per-org limit is full for now: the same request may succeed `retry_after_s` later."""
+
+    code = "too_busy"
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

@@ -23,6 +23,7 @@ from typing import Any
 from shared.domain.errors import Invalid, TooLarge
 
 DEFAULT_MAX_JSON_DEPTH = 32
+DEFAULT_SEARCHES_PER_ORG = 4
 # agentId and userId, and a fact's key: characters (code points), as PostgreSQL's
 # varchar(200) counts them. They travel in request lines too, so the web's
 # `--limit-request-line` (Procfile) is sized from these: see the arithmetic there.
@@ -42,9 +43,11 @@ MAX_TOOL_ARGUMENTS_CHARS = 50_000
 
 @dataclass(frozen=True)
 class Limits:
-    """The configurable part of the limits (DRIFTLESS_MAX_JSON_DEPTH)."""
+    """The configurable part of the limits (DRIFTLESS_MAX_JSON_DEPTH, …_SEARCHES_PER_ORG)."""
 
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    # Searches (HTTP and the recall tool) running at once per org, across the fleet.
+    searches_per_org: int = DEFAULT_SEARCHES_PER_ORG
 
 
 def json_size(value: Any) -> int:

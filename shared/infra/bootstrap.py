@@ -62,14 +62,14 @@ class Runtime:
         session_factory: sessionmaker[Session] | None = None,
         pool_size: int | None = None,
         max_overflow: int | None = None,
-        transaction_bounds: tuple[float, float] | None = None,
+        transaction_bounds: tuple[float | None, float] | None = None,
         request_timeouts: bool = True,
     ) -> None:
         """`make_queue` builds the process's job queue from the endpoints; `queue` is a
         ready one (tests); with neither, jobs are recorded, never sent (for commands that
         send none). `pool_size` and
         `max_overflow` default to the settings' connection budget; `transaction_bounds`
-        is (lock timeout, statement timeout) in seconds for every transaction."""
+        is (lock timeout or None, statement timeout) in seconds for every transaction."""
         self.settings = settings
         self._endpoints = endpoints
         self._make_queue = make_queue
@@ -85,7 +85,9 @@ class Runtime:
         self.pool_timeout = POOL_TIMEOUT_S
         self._transaction_bounds = transaction_bounds
         self._request_timeouts = request_timeouts
-        self.limits = Limits(max_json_depth=settings.max_json_depth)
+        self.limits = Limits(
+            max_json_depth=settings.max_json_depth, searches_per_org=settings.searches_per_org
+        )
 
     @cached_property
     def endpoints(self) -> Endpoints:
@@ -181,7 +183,7 @@ class Runtime:
 
     def unit_of_work(self) -> UnitOfWork:
         """One transaction; its jobs go out through this process's queue after the commit."""
-        return UnitOfWork(self.session_factory, self.queue, self.limits)
+        return UnitOfWork(self.session_factory, self.queue, self.limits, self.redis)
 
     def close(self) -> None:
         """Give back the connections this runtime opened (a CLI command at its end)."""

@@ -15,6 +15,7 @@ from shared.domain.errors import Invalid
 from shared.infra.db.uow import UnitOfWork
 from shared.memory.scope import Scope
 from shared.search import ranking
+from shared.search.admission import search_slot
 from shared.topics.models import memory_state
 
 Kind = Literal["topic", "message"]
@@ -79,25 +80,27 @@ def checked(query: SearchQuery) -> SearchQuery:
 
 def search(*, uow: UnitOfWork, query: SearchQuery) -> list[Hit]:
     """The scope's best matches first; an empty list when the query has no searchable
-    word (only stop-words or punctuation)."""
+    word (only stop-words or punctuation). TooBusy while the org runs its limit of
+    searches (shared/search/admission.py)."""
     query = checked(query)
-    rows = uow.connection().execute(
-        ranking.SEARCH,
-        {
-            "q": query.q,
-            "org": query.scope.org_id,
-            "agent": query.scope.agent_id,
-            "user": query.scope.user_id,
-            "limit": query.limit,
-            "messages": query.kind in (None, "message"),
-            "topics": query.kind in (None, "topic"),
-            "deprecated": query.include_deprecated,
-            "common_matches": ranking.COMMON_MATCHES,
-            "headline": ranking.HEADLINE,
-            "whole": ranking.WHOLE_SNIPPET_CHARS,
-        },
-    )
-    return [_hit(row) for row in rows]
+    with search_slot(uow=uow, org_id=query.scope.org_id):  # TooBusy past the org's cap
+        rows = uow.connection().execute(
+            ranking.SEARCH,
+            {
+                "q": query.q,
+                "org": query.scope.org_id,
+                "agent": query.scope.agent_id,
+                "user": query.scope.user_id,
+                "limit": query.limit,
+                "messages": query.kind in (None, "message"),
+                "topics": query.kind in (None, "topic"),
+                "deprecated": query.include_deprecated,
+                "common_matches": ranking.COMMON_MATCHES,
+                "headline": ranking.HEADLINE,
+                "whole": ranking.WHOLE_SNIPPET_CHARS,
+            },
+        )
+        return [_hit(row) for row in rows]
 
 
 def _hit(row: object) -> Hit:

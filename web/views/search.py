@@ -8,17 +8,19 @@ from shared.memory.scope import Scope
 from shared.search.service import SearchQuery, search
 from web.auth import current_org
 from web.runtime import unit_of_work
-from web.schemas.common import dump
+from web.schemas.common import ErrorOut, dump
 from web.schemas.search import HitOut, SearchOut, SearchQueryIn
 from web.views.common import api_blueprint
 
 bp = api_blueprint("search", "memory")
 
 
-@bp.get("/search", responses={200: SearchOut})
+@bp.get("/search", responses={200: SearchOut, 429: ErrorOut, 503: ErrorOut})
 def get_search(query: SearchQueryIn) -> dict[str, Any]:
     """The scope's topics and messages that match `q`, best first, across its sessions.
-    Deprecated topics and their messages only with `includeDeprecated=true`."""
+    Deprecated topics and their messages only with `includeDeprecated=true`. 429 while
+    the org runs its limit of searches at once, 503 `timeout` for a search the statement
+    timeout ended; both with Retry-After."""
     scope = Scope(org_id=current_org(), agent_id=query.agent_id, user_id=query.user_id)
     asked = SearchQuery(
         scope=scope, q=query.q, limit=query.limit, kind=query.kind,

@@ -105,24 +105,24 @@ def make_session_factory(engine: Engine) -> sessionmaker[Session]:
 
 
 def bound_transactions(
-    engine: Engine, *, lock_timeout_s: float, statement_timeout_s: float
+    engine: Engine, *, lock_timeout_s: float | None, statement_timeout_s: float
 ) -> None:
-    """Every transaction of `engine` gives up on a row lock or a statement after these.
+    """Every transaction of `engine` gives up on a row lock or a statement after these
+    (on a lock only after the statement timeout when `lock_timeout_s` is None: the web).
 
     Set per transaction (SET LOCAL), not per connection: a PgBouncer in transaction mode
     hands the server connection to someone else after each transaction, and refuses the
     startup `options` that would set them for good. A timeout is an OperationalError,
-    which the tasks retry.
+    which the tasks retry and the web answers 503 `timeout`.
 
     The SET LOCALs travel in front of the transaction's first statement, in the same
     query string, not as a statement of their own: a round trip less per transaction
     (a summary has two), and 4 % of a gevent worker's CPU (py-spy). PostgreSQL runs the
     string's statements in order and answers with the last one's result.
     """
-    bounds = (
-        f"SET LOCAL lock_timeout = '{int(lock_timeout_s * 1000)}ms';"
-        f" SET LOCAL statement_timeout = '{int(statement_timeout_s * 1000)}ms'"
-    )
+    bounds = f"SET LOCAL statement_timeout = '{int(statement_timeout_s * 1000)}ms'"
+    if lock_timeout_s is not None:
+        bounds = f"SET LOCAL lock_timeout = '{int(lock_timeout_s * 1000)}ms'; {bounds}"
 
     @event.listens_for(engine, "begin")
     def _bound(connection: Connection) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from types import TracebackType
 
+import redis
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -24,12 +25,19 @@ class UnitOfWork:
     """
 
     def __init__(
-        self, session_factory: sessionmaker[Session], queue: JobQueue, limits: Limits | None = None
+        self,
+        session_factory: sessionmaker[Session],
+        queue: JobQueue,
+        limits: Limits | None = None,
+        redis_client: redis.Redis | None = None,
     ) -> None:
         self._session_factory = session_factory
         self._queue = queue
         # The process's configured limits, for the services that check what they store.
         self.limits = limits or Limits()
+        # Where the services that admit work per org (searches) keep its leases; None:
+        # they admit everything (a unit of work built by hand, in a test or a script).
+        self.redis = redis_client
         self._pending: list[Job] = []
         self.sent: list[Job] = []
 
