@@ -3,7 +3,10 @@ delivery's Standard Webhooks signature with the `standardwebhooks` package, as a
 customer's endpoint would, and deduplicates by `webhook-id`.
 
 What it answers is scripted per request (`answer_with`): a status, after a delay, or a
-redirect. Every request is logged, verified or not.
+redirect; or trickled, its status line and headers a byte at a time (`trickle_s`
+apart), as a receiver that holds a sender's worker would. Every request is logged,
+verified or not, and counted while it is being answered (`in_flight`, `most_in_flight`);
+each trickle is kept (`trickles`): how far it got before the sender hung up.
 """
 
 from __future__ import annotations
@@ -24,6 +27,18 @@ class Answer:
     status: int = 204
     delay_s: float = 0.0
     location: str | None = None  # a redirect's target
+    trickle_s: float = 0.0  # when set, the answer's head goes a byte at a time, this apart
+
+
+@dataclass
+class Trickle:
+    """One trickled answer: `sent` of its head's `total` bytes went out before it ended,
+    `broken` if the sender had hung up."""
+
+    total: int
+    sent: int = 0
+    broken: bool = False
+    ended: bool = False
 
 
 @dataclass
@@ -40,6 +55,9 @@ class Receiver:
 
     secret: str | None = None  # None: requests are logged, not verified
     requests: list[Received] = field(default_factory=list)
+    trickles: list[Trickle] = field(default_factory=list)
+    in_flight: int = 0  # requests being answered right now
+    most_in_flight: int = 0
     _answer: Callable[[Received, int], Answer] = lambda _r, _n: Answer()
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -71,13 +89,40 @@ class Receiver:
                 with receiver._lock:
                     receiver.requests.append(received)
                     n = receiver.attempts_of_locked(headers.get("webhook-id", ""))
-                answer = receiver._answer(received, n)
-                time.sleep(answer.delay_s)
-                self.send_response(answer.status)
-                if answer.location:
-                    self.send_header("location", answer.location)
-                self.send_header("content-length", "0")
-                self.end_headers()
+                    receiver.in_flight += 1
+                    receiver.most_in_flight = max(receiver.most_in_flight, receiver.in_flight)
+                try:
+                    answer = receiver._answer(received, n)
+                    time.sleep(answer.delay_s)
+                    if answer.trickle_s:
+                        self._trickle(answer)
+                        return
+                    self.send_response(answer.status)
+                    if answer.location:
+                        self.send_header("location", answer.location)
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                finally:
+                    with receiver._lock:
+                        receiver.in_flight -= 1
+
+            def _trickle(self, answer: Answer) -> None:
+                head = (
+                    f"HTTP/1.1 {answer.status} {self.responses[answer.status][0]}\r\n"
+                    "content-length: 0\r\nx-trickled: one byte at a time\r\n\r\n"
+                ).encode()
+                trickle = Trickle(total=len(head))
+                with receiver._lock:
+                    receiver.trickles.append(trickle)
+                self.close_connection = True
+                try:
+                    for byte in head:
+                        self.wfile.write(bytes([byte]))
+                        trickle.sent += 1
+                        time.sleep(answer.trickle_s)
+                except OSError:  # the sender hung up (a write after its close fails)
+                    trickle.broken = True
+                trickle.ended = True
 
             def log_message(self, *_: Any) -> None:
                 pass

@@ -12,6 +12,7 @@ from shared.infra.config import Settings
 from shared.infra.crontab import parse_crontab
 from shared.infra.queue import (
     ADVANCE_REEVALUATIONS,
+    DELIVER_WEBHOOK,
     DISPATCH_WEBHOOKS,
     PURGE_IDLE_SESSIONS,
     RECONCILE,
@@ -95,6 +96,13 @@ def make_celery(settings: Settings, *, endpoints: Endpoints | None = None) -> Ce
         worker_hijack_root_logger=False,
     )
     app.driftless = worker_runtime(app, settings, endpoints)
+    # A webhook job's own hard limit, from its attempts' deadline: well under the LLM
+    # tasks' (a trickling receiver gives back its worker sooner) and within the lease of
+    # its claims and slots (shared/webhooks/delivery.py), so no attempt runs twice at once.
+    webhook_limit_s = app.driftless.webhook_policy.time_limit_s
+    app.conf.task_annotations = {
+        DELIVER_WEBHOOK: {"time_limit": webhook_limit_s, "soft_time_limit": webhook_limit_s - 5}
+    }
     # Celery's signals are process-wide; both connect once however many apps are made.
     connect_task_signals()
     connect_task_context()

@@ -39,8 +39,9 @@ from shared.reevaluations.pump import advance_campaigns, settle_item
 from shared.reevaluations.service import start_scheduled_reevaluation
 from shared.retention.service import purge_idle_sessions as purge_idle
 from shared.triggers.service import fire_debounce as fire
-from shared.webhooks.delivery import WebhookSlots, deliver
+from shared.webhooks.delivery import deliver
 from shared.webhooks.service import dispatch_overdue
+from shared.webhooks.slots import WebhookSlots
 from worker.context import context_of, unit_of_work
 
 log = logging.getLogger(__name__)
@@ -201,12 +202,16 @@ def sweep_idle(self: Task) -> int:
     name=DELIVER_WEBHOOK, bind=True, autoretry_for=(*RETRYABLE, RedisError), retry_backoff=True
 )
 def deliver_webhook(self: Task, delivery_id: int) -> int:
-    """Attempt a webhook delivery, then its subscription's other due ones (attempts made)."""
+    """Attempt a webhook delivery, then its subscription's other due ones (attempts made).
+    Its hard time limit is the policy's (worker/app.py), within the lease of its claims."""
     context = context_of(self.app)
     policy = context.webhook_policy
+    slots = WebhookSlots(
+        context.redis, hold=policy.lease, per_org=context.settings.webhooks_per_org
+    )
     return deliver(
         new_uow=lambda: unit_of_work(self.app),
-        slots=WebhookSlots(context.redis, hold=policy.lease),
+        slots=slots,
         http=context.webhook_http,
         box=context.secret_box,
         policy=policy,

@@ -36,6 +36,7 @@ from shared.llm.base import LLM
 from shared.llm.factory import make_llm
 from shared.triggers.debounce import Debouncer
 from shared.usage.service import UsageLedger
+from shared.webhooks.deadline import webhook_client
 from shared.webhooks.delivery import Policy
 from shared.webhooks.secrets import SecretBox
 
@@ -172,7 +173,8 @@ class Runtime:
         # Every task of the process may have an attempt in flight.
         calls = max(self.tasks_per_process, 1)
         limits = httpx.Limits(max_connections=calls, max_keepalive_connections=min(calls, 20))
-        return httpx.Client(limits=limits, follow_redirects=False, trust_env=False)
+        # Each attempt's connect, send and answer end by its one deadline (deadline.py).
+        return webhook_client(limits=limits)
 
     def build(self) -> Runtime:
         """Build everything now: a threaded server must not race to build it on first use,

@@ -2,23 +2,33 @@
 
 A delivery job (worker/tasks.py `deliver_webhook`) runs `deliver`:
 
-1. It takes one of the subscription's few slots (`WebhookSlots`, in Redis). A receiver
-   that answers slowly therefore holds at most SLOTS_PER_WEBHOOK workers, whatever its
-   backlog; a job that finds no slot free leaves its delivery to the slot holders.
+1. It takes one of the subscription's few slots and one of its org's
+   (`WebhookSlots`, in Redis, both in one script). A receiver that answers slowly
+   therefore holds at most SLOTS_PER_WEBHOOK workers, whatever its backlog, and an
+   org's receivers at most DRIFTLESS_WEBHOOKS_PER_ORG. A job that finds the
+   subscription's slots taken leaves its delivery to their holders; one that finds
+   the org's taken is put back for later (one such job per subscription waits, the
+   others leave their delivery to it) and counts in driftless_limit_hits_total.
 2. Holding the slot, it claims the delivery (`claim`: due, owed, not being attempted)
    and makes the attempt, outside any transaction: the Standard Webhooks headers, the
    event's body as recorded, sent to an address of the URL's host checked just before
    (`targets.pin_target`), on every redirect hop too; redirects only within the URL's
    origin (scheme, host and port), since each hop carries the signed body and headers.
+   The attempt has one deadline, DRIFTLESS_WEBHOOK_TIMEOUT_S, for every hop's connect,
+   send and answer together (`deadline.py`): a receiver trickling its answer cannot
+   hold a worker past it.
 3. `settle` records the answer: delivered; or failed, due again after an exponential
    backoff with jitter; or dead after DRIFTLESS_WEBHOOK_MAX_ATTEMPTS.
-4. It goes on with the subscription's next due delivery, for up to DRAIN_BUDGET_S,
-   then frees the slot and, if more are due, sends a job for the next.
+4. It goes on with the subscription's next due delivery while one more attempt ends,
+   at its deadline, within DRAIN_BUDGET_S; then frees the slots and, if more are due,
+   sends a job for the next.
 
-Claiming moves `next_attempt_at` past the attempt's deadline (a lease), so a second job
-for the same delivery finds nothing to do, and a worker killed mid-attempt leaves it
-due again once the lease ends; the beat's dispatcher (`overdue_jobs`) sends a job for
-every delivery overdue by more than its period, which is how nothing is lost.
+Claiming moves `next_attempt_at` a lease ahead, so a second job for the same delivery
+finds nothing to do, and a worker killed mid-attempt leaves it due again once the lease
+ends; the beat's dispatcher (`overdue_jobs`) sends a job for every delivery overdue by
+more than its period, which is how nothing is lost. The times nest (`Policy`): an
+attempt's deadline < the job's hard time limit < the lease (and the slots' hold), so
+an attempt still running is never claimed again and a job never outlives its slots.
 Receivers deduplicate by `webhook-id`, the event's id, the same on every attempt.
 """
 
@@ -27,29 +37,36 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
-import math
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
-import redis
 from sqlalchemy import text
 from standardwebhooks.webhooks import Webhook as Signer
 
 from shared.infra.db.uow import UnitOfWork
-from shared.infra.metrics import WEBHOOK_ATTEMPT_SECONDS, WEBHOOK_DELIVERIES, count_on_commit
+from shared.infra.metrics import (
+    LIMIT_HITS,
+    WEBHOOK_ATTEMPT_SECONDS,
+    WEBHOOK_DELIVERIES,
+    count_on_commit,
+)
 from shared.infra.queue import DELIVER_WEBHOOK, Job
+from shared.webhooks.deadline import attempt_deadline, time_left
 from shared.webhooks.secrets import SecretBox, SecretUnavailable
+from shared.webhooks.slots import ORG_WAIT_S, Slot, WebhookSlots
 from shared.webhooks.targets import Resolver, Target, UnsafeTarget, pin_target, resolve_system
 
 log = logging.getLogger(__name__)
 
-SLOTS_PER_WEBHOOK = 4
 DRAIN_BUDGET_S = 30.0
+# Around a job's attempts, for its queries and Redis calls: the hard time limit's margin.
+JOB_MARGIN_S = 15.0
+# Past the hard time limit, for the clocks of the workers that compare leases.
+LEASE_MARGIN_S = 15.0
 MAX_BACKOFF_S = 6 * 3600.0
 MAX_REDIRECTS = 3
 # A retry due within this is sent as a job with a countdown; a later one is left to the
@@ -70,10 +87,16 @@ class Policy:
     allow_private: bool
 
     @property
+    def time_limit_s(self) -> float:
+        """The deliver_webhook job's hard time limit: its attempts (the first one, and more
+        only while one ends at its deadline within DRAIN_BUDGET_S), and a margin."""
+        return max(DRAIN_BUDGET_S, self.timeout_s) + JOB_MARGIN_S
+
+    @property
     def lease(self) -> dt.timedelta:
-        """How long a claimed attempt may take: each hop's connect, send and answer at
-        the time limit, and a margin."""
-        return dt.timedelta(seconds=(MAX_REDIRECTS + 1) * 3 * self.timeout_s + 5)
+        """How long a claim (and a slot) lasts: past the hard time limit of the job that
+        took it, so it never ends while that job may still be attempting."""
+        return dt.timedelta(seconds=self.time_limit_s + LEASE_MARGIN_S)
 
 
 @dataclass(frozen=True)
@@ -146,6 +169,14 @@ def attempt(
         "webhook-timestamp": str(int(now.timestamp())),
         "webhook-signature": signer.sign(msg_id, now, attempt.body),
     }
+    with attempt_deadline(policy.timeout_s):
+        return _hops(attempt, http=http, headers=headers, policy=policy, resolve=resolve)
+
+
+def _hops(
+    attempt: Attempt, *, http: httpx.Client, headers: dict[str, str], policy: Policy,
+    resolve: Resolver,
+) -> Answer:  # fmt: skip
     url, origin = attempt.url, None
     for _hop in range(MAX_REDIRECTS + 1):
         try:
@@ -157,7 +188,7 @@ def attempt(
         try:
             status, location = _post(
                 http, target, content=attempt.body.encode(), headers=headers,
-                timeout=policy.timeout_s,
+                timeout=time_left(),
             )  # fmt: skip
         except httpx.HTTPError as exc:
             # Refused, unreachable or timed out would map the network behind the target
@@ -182,7 +213,7 @@ def attempt(
 
 def _post(
     http: httpx.Client, target: Target, *, content: bytes, headers: dict[str, str],
-    timeout: float,
+    timeout: float | None,
 ) -> tuple[int, str | None]:  # fmt: skip
     """POST to the target's first address that takes the connection: the URL's host is
     that address, so nothing is resolved again; Host and TLS stay on the name."""
@@ -269,45 +300,10 @@ def settle(
     return Job(DELIVER_WEBHOOK, {"delivery_id": attempt.delivery_id}, countdown=retry_in)
 
 
-class WebhookSlots:
-    """At most SLOTS_PER_WEBHOOK attempts in flight per subscription, fleet-wide (Redis).
-
-    A slot is a member of a sorted set scored by its expiry, taken by one script (a
-    check and a take that no other worker can come between), so a worker killed while
-    holding one frees it when the lease would have ended.
-    """
-
-    _TAKE = """
-        redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-        if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
-        redis.call('ZADD', KEYS[1], ARGV[2], ARGV[3])
-        redis.call('EXPIRE', KEYS[1], ARGV[5])
-        return 1
-    """
-
-    def __init__(self, client: redis.Redis, *, hold: dt.timedelta) -> None:
-        self._redis = client
-        self._hold_s = hold.total_seconds()
-        self._take = client.register_script(self._TAKE)
-
-    @contextmanager
-    def slot(self, webhook_id: uuid.UUID) -> Iterator[bool]:
-        key = f"driftless:webhook-slots:{webhook_id}"
-        token = uuid.uuid4().hex
-        now = time.time()
-        args: list[str | float] = [
-            now,
-            now + self._hold_s,
-            token,
-            SLOTS_PER_WEBHOOK,
-            math.ceil(self._hold_s) + 1,
-        ]
-        held = bool(self._take(keys=[key], args=args))
-        try:
-            yield held
-        finally:
-            if held:
-                self._redis.zrem(key, token)
+_OWNER = text(
+    "SELECT d.webhook_id, w.org_id FROM webhook_deliveries AS d"
+    " JOIN webhooks AS w ON w.id = d.webhook_id WHERE d.id = :id"
+)
 
 
 def deliver(
@@ -321,26 +317,25 @@ def deliver(
 ) -> int:
     """The deliver_webhook job: attempt this delivery and, holding its subscription's
     slot, the subscription's other due ones. Returns how many attempts it made."""
+    started = time.monotonic()
     with new_uow() as uow:
-        webhook_id = (
-            uow.connection()
-            .execute(
-                text("SELECT webhook_id FROM webhook_deliveries WHERE id = :id"),
-                {"id": delivery_id},
-            )
-            .scalar()
-        )
-    if webhook_id is None:  # the subscription was deleted, and its deliveries with it
+        owner = uow.connection().execute(_OWNER, {"id": delivery_id}).first()
+    if owner is None:  # the subscription was deleted, and its deliveries with it
         return 0
-    with slots.slot(webhook_id) as held:
-        if not held:  # the slot holders will reach it; the dispatcher if they do not
+    webhook_id, org_id = owner
+    with slots.slot(webhook_id, org_id) as slot:
+        if slot is not Slot.HELD:
+            _wait_for_slot(new_uow, slot, org_id=org_id, delivery_id=delivery_id)
             return 0
         attempt_one = functools.partial(
             _attempt_one, new_uow=new_uow, http=http, box=box, policy=policy
         )
         made = int(attempt_one(delivery_id=delivery_id))
-        deadline = time.monotonic() + DRAIN_BUDGET_S
-        while time.monotonic() < deadline and attempt_one(webhook_id=webhook_id):
+        # One more only if it ends, at its deadline, within the budget: the job stays
+        # within its hard time limit (Policy.time_limit_s), and so within its lease.
+        while time.monotonic() - started + policy.timeout_s <= DRAIN_BUDGET_S and attempt_one(
+            webhook_id=webhook_id
+        ):
             made += 1
     # Deliveries whose jobs found every slot taken: the next one gets a job now.
     with new_uow() as uow:
@@ -360,6 +355,23 @@ def deliver(
             uow.enqueue(Job(DELIVER_WEBHOOK, {"delivery_id": due}))
         uow.commit()
     return made
+
+
+def _wait_for_slot(
+    new_uow: Callable[[], UnitOfWork], slot: Slot, *, org_id: uuid.UUID, delivery_id: int
+) -> None:
+    """A job without a slot: the subscription's holders will reach its delivery (the
+    dispatcher if they do not); past the org's limit, the subscription's waiting job
+    comes back later, and the others leave their deliveries to it."""
+    if slot is Slot.SUBSCRIPTION_FULL:
+        return
+    LIMIT_HITS.labels("webhooks").inc()
+    log.info("webhook delivery %s: org %s has every webhook slot taken", delivery_id, org_id)
+    if slot is Slot.ORG_WAIT:
+        countdown = ORG_WAIT_S + random.random()
+        with new_uow() as uow:
+            uow.enqueue(Job(DELIVER_WEBHOOK, {"delivery_id": delivery_id}, countdown=countdown))
+            uow.commit()
 
 
 def _attempt_one(

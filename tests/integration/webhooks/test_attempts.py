@@ -21,7 +21,6 @@ from shared.infra.queue import DELIVER_WEBHOOK, Job, RecordingQueue
 from shared.webhooks.delivery import (
     Answer,
     Policy,
-    WebhookSlots,
     attempt,
     claim,
     deliver,
@@ -32,6 +31,7 @@ from shared.webhooks.events import FACTS_CHANGED, record_event
 from shared.webhooks.models import Webhook, WebhookDelivery
 from shared.webhooks.secrets import SecretBox
 from shared.webhooks.service import dispatch_overdue, subscribe
+from shared.webhooks.slots import WebhookSlots
 
 POLICY = Policy(max_attempts=3, backoff_s=1.0, timeout_s=2.0, allow_private=True)
 BOX = SecretBox(None)
@@ -180,7 +180,7 @@ def test_an_attempt_that_raises_is_still_an_attempt_and_the_delivery_dies_at_the
     session_factory: sessionmaker[Session], uow: UnitOfWork, delivery_id: int, redis_url: str
 ) -> None:
     client = redis.Redis.from_url(redis_url)
-    slots = WebhookSlots(client, hold=POLICY.lease)
+    slots = WebhookSlots(client, hold=POLICY.lease, per_org=32)
     due_now = (
         update(WebhookDelivery).where(WebhookDelivery.id == delivery_id).values(next_attempt_at=NOW)
     )

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shared.infra.config import Settings
 from shared.infra.queue import CeleryJobQueue
-from shared.webhooks.delivery import SLOTS_PER_WEBHOOK
+from shared.webhooks.slots import SLOTS_PER_WEBHOOK
 from tests.conftest import new_key
 from tests.helpers import wait_for
 from tests.webhook_receiver import Answer, Receiver
