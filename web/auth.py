@@ -1,4 +1,5 @@
-"""Bearer-key authentication: every /agents-api request is scoped to its key's org."""
+"""Bearer-key authentication: every /agents-api request is scoped to its key's org, and
+taken from that org's request rate limit (shared/orgs/ratelimit.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import uuid
 
 from flask import Flask, Response, g, request
 
+from shared.orgs.ratelimit import RateLimited
 from web.errors import error_response
 from web.runtime import runtime
 
@@ -25,8 +27,15 @@ def install_auth(app: Flask) -> None:
         scheme, _, key = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
             return error_response(401, "unauthorized", "missing 'Authorization: Bearer <key>'")
-        org_id = runtime().key_cache.org_for_key(key.strip())
-        if org_id is None:
+        rt = runtime()
+        caller = rt.key_cache.caller_for_key(key.strip())
+        if caller is None:
             return error_response(401, "unauthorized", "unknown or revoked API key")
-        g.org_id = org_id
+        g.org_id = caller.org_id
+        try:
+            rt.request_limiter.admit(caller)
+        except RateLimited as exc:
+            response, status = error_response(429, exc.code, exc.message)
+            response.headers["Retry-After"] = str(exc.retry_after_s)
+            return response, status
         return None

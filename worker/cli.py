@@ -21,6 +21,7 @@ from shared.infra.config import load_settings_or_exit
 from shared.infra.db import migrate
 from shared.infra.logs import configure_logging
 from shared.infra.runtime import database_url_of
+from shared.orgs.service import DEFAULT, OrgLimits, set_request_limits
 
 
 @contextmanager
@@ -122,6 +123,61 @@ def keys_revoke(prefix: str) -> None:
     click.echo(
         f"key {info.prefix} of org {info.org_name!r} is revoked since {_when(info.revoked_at)}"
     )
+
+
+@main.group()
+def orgs() -> None:
+    """Orgs' own limits."""
+
+
+class _LimitOrDefault(click.ParamType):
+    """A number, or 'default' for the fleet's (the DRIFTLESS_ORG_* setting)."""
+
+    def __init__(self, kind: type[int] | type[float]) -> None:
+        self.kind = kind
+        self.name = f"{kind.__name__}|default"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int | float) or value == DEFAULT:
+            return value
+        try:
+            return self.kind(value)
+        except ValueError:
+            what = "a whole number" if self.kind is int else "a number"
+            self.fail(f"{value!r} is not {what} or {DEFAULT!r}", param, ctx)
+
+
+def _limit(value: float | int | None, setting: str) -> str:
+    return f"the default ({setting})" if value is None else f"{value:g}"
+
+
+def _show_limits(limits: OrgLimits) -> str:
+    per_s = _limit(limits.requests_per_s, "DRIFTLESS_ORG_REQUESTS_PER_S")
+    burst = _limit(limits.request_burst, "DRIFTLESS_ORG_REQUEST_BURST")
+    return f"org {limits.name!r}: requests a second {per_s}, request burst {burst}"
+
+
+@orgs.command("set")
+@click.argument("org")
+@click.option(
+    "--requests-per-s",
+    type=_LimitOrDefault(float),
+    help="Requests a second the org may make (0: no limit; 'default': the fleet's).",
+)
+@click.option(
+    "--request-burst",
+    type=_LimitOrDefault(int),
+    help="Requests the org may make at once after a pause (1 or more; 'default': the fleet's).",
+)
+def orgs_set(org: str, requests_per_s: float | str | None, request_burst: int | str | None) -> None:
+    """Give ORG its own request rate limit; every web process applies it within
+    DRIFTLESS_AUTH_CACHE_S (its keys' cache)."""
+    with command_runtime() as rt, rt.unit_of_work() as uow:
+        limits = set_request_limits(
+            uow=uow, org_name=org, requests_per_s=requests_per_s, request_burst=request_burst
+        )
+        uow.commit()
+    click.echo(_show_limits(limits))
 
 
 @main.command()

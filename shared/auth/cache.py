@@ -7,6 +7,9 @@ once), and each for `ttl_s` seconds at most: a revoked key stops working on ever
 process within that time (CONTRACT.md, `driftless keys revoke`). A caller that must
 notice sooner (an open event stream, at each ping) asks for an answer no older than it
 can accept, and a key found revoked is forgotten for every caller of the process.
+
+Along with the org comes its own request rate limit (`Caller`), so enforcing it costs
+no query either; a changed limit reaches every process within the same `ttl_s`.
 """
 
 from __future__ import annotations
@@ -15,23 +18,45 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from cachetools import TTLCache
+from sqlalchemy import select
 
-from shared.auth.service import hash_key, org_for_key
+from shared.auth.models import ApiKey, Org
+from shared.auth.service import hash_key
 from shared.infra.db.uow import UnitOfWork
 
 # Distinct keys one process remembers; beyond it the oldest are looked up again.
 MAX_KEYS = 10_000
 
 
+@dataclass(frozen=True)
+class Caller:
+    """A live key's org and the org's request limit overrides (None: the fleet's default)."""
+
+    org_id: uuid.UUID
+    requests_per_s: float | None = None
+    request_burst: int | None = None
+
+
+def caller_for_key(*, uow: UnitOfWork, key: str) -> Caller | None:
+    """The org of a live key with its limits, or None for an unknown or revoked key."""
+    row = uow.session.execute(
+        select(ApiKey.org_id, Org.requests_per_s, Org.request_burst)
+        .join(Org, Org.id == ApiKey.org_id)
+        .where(ApiKey.key_hash == hash_key(key), ApiKey.revoked_at.is_(None))
+    ).first()
+    return None if row is None else Caller(*row)
+
+
 class KeyCache:
     def __init__(self, *, ttl_s: float, unit_of_work: Callable[[], UnitOfWork]) -> None:
         self.ttl_s = ttl_s
         self._unit_of_work = unit_of_work
-        # Each key's org and when it was looked up. The clock is looked up at each call
+        # Each key's caller and when it was looked up. The clock is looked up at each call
         # (not bound at import) so tests can move it.
-        self._orgs: TTLCache[str, tuple[uuid.UUID, float]] = TTLCache(
+        self._orgs: TTLCache[str, tuple[Caller, float]] = TTLCache(
             maxsize=MAX_KEYS, ttl=max(ttl_s, 1e-9), timer=lambda: time.monotonic()
         )
         self._lock = threading.Lock()  # TTLCache is not thread-safe
@@ -39,6 +64,11 @@ class KeyCache:
     def org_for_key(self, key: str, *, max_age_s: float | None = None) -> uuid.UUID | None:
         """The org of a live key, or None for an unknown or revoked one; what was looked
         up more than `max_age_s` ago (default: the cache's TTL) is looked up again."""
+        caller = self.caller_for_key(key, max_age_s=max_age_s)
+        return None if caller is None else caller.org_id
+
+    def caller_for_key(self, key: str, *, max_age_s: float | None = None) -> Caller | None:
+        """As `org_for_key`, with the org's request limits."""
         digest = hash_key(key)  # the key itself is never kept
         if self.ttl_s > 0:
             with self._lock:
@@ -49,11 +79,11 @@ class KeyCache:
                     return known
         looked_up = time.monotonic()
         with self._unit_of_work() as uow:
-            org_id = org_for_key(uow=uow, key=key)
+            caller = caller_for_key(uow=uow, key=key)
         if self.ttl_s > 0:
             with self._lock:
-                if org_id is None:
+                if caller is None:
                     self._orgs.pop(digest, None)
                 else:
-                    self._orgs[digest] = (org_id, looked_up)
-        return org_id
+                    self._orgs[digest] = (caller, looked_up)
+        return caller

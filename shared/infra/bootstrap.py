@@ -34,6 +34,7 @@ from shared.infra.queue import JobQueue, RecordingQueue
 from shared.infra.runtime import Endpoints, resolve_endpoints
 from shared.llm.base import LLM
 from shared.llm.factory import make_llm
+from shared.orgs.ratelimit import RequestLimit, RequestLimiter
 from shared.triggers.debounce import Debouncer
 from shared.usage.service import UsageLedger
 from shared.webhooks.deadline import webhook_client
@@ -152,6 +153,13 @@ class Runtime:
     @cached_property
     def key_cache(self) -> KeyCache:
         return KeyCache(ttl_s=self.settings.auth_cache_s, unit_of_work=self.unit_of_work)
+
+    @cached_property
+    def request_limiter(self) -> RequestLimiter:
+        """Each org's request bucket (in this Redis); an org's own limit comes with its key."""
+        settings = self.settings
+        default = RequestLimit(per_s=settings.org_requests_per_s, burst=settings.org_request_burst)
+        return RequestLimiter(self.redis, default=default)
 
     @cached_property
     def secret_box(self) -> SecretBox:

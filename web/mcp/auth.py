@@ -4,11 +4,15 @@ Over streamable HTTP the SDK's bearer middleware asks `ApiKeyVerifier` about eac
 request's key and answers 401 itself when there is none or it is unknown. Every call
 then resolves the key again inside its own transaction (`calls._org`), so a key revoked
 mid-session stops working at once, on either transport.
+
+Each tool call is also taken from its org's request rate limit (`admitted`), as an API
+request is: past it, the call is a tool error `rate_limited` naming when to retry.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import anyio.to_thread
 from mcp.server import ServerRequestContext
@@ -17,6 +21,8 @@ from mcp.server.auth.provider import AccessToken
 
 from shared.auth.service import org_for_key
 from shared.infra.bootstrap import Runtime
+
+T = TypeVar("T")
 
 
 class ApiKeyVerifier:
@@ -46,3 +52,14 @@ def caller_key(ctx: ServerRequestContext[Any, Any], stdio_key: str | None) -> st
         return stdio_key
     user = ctx.request.scope.get("user")
     return user.access_token.token if isinstance(user, AuthenticatedUser) else None
+
+
+def admitted(rt: Runtime, key: str | None, call: Callable[[], T]) -> T:
+    """Run `call` once its org's request bucket gave it a token (`RateLimited` if not).
+
+    An unknown or missing key takes nothing: `call` refuses it itself.
+    """
+    caller = rt.key_cache.caller_for_key(key) if key else None
+    if caller is not None:
+        rt.request_limiter.admit(caller)
+    return call()

@@ -34,7 +34,7 @@ from starlette.responses import JSONResponse
 from shared.domain.errors import DomainError
 from shared.infra.bootstrap import Runtime
 from shared.tools.definitions import BUILT_IN_TOOL_NAMES
-from web.mcp.auth import ApiKeyVerifier, caller_key
+from web.mcp.auth import ApiKeyVerifier, admitted, caller_key
 from web.mcp.calls import call_built_in, session_context
 from web.mcp.tools import GET_CONTEXT, INPUT_SCHEMAS, TOOLS
 
@@ -98,10 +98,14 @@ def build_server(rt: Runtime, *, api_key: str | None = None) -> Server[Any]:
         key = caller_key(ctx, api_key)
         name, arguments = params.name, params.arguments
         if name == GET_CONTEXT:
-            return await _guarded(lambda: session_context(rt, key=key, arguments=arguments))
+            return await _guarded(
+                lambda: admitted(rt, key, lambda: session_context(rt, key=key, arguments=arguments))
+            )
         if name in BUILT_IN_TOOL_NAMES:
             return await _guarded(
-                lambda: call_built_in(rt, key=key, name=name, arguments=arguments)
+                lambda: admitted(
+                    rt, key, lambda: call_built_in(rt, key=key, name=name, arguments=arguments)
+                )
             )
         return _error("not_found", f"no tool named {name!r}; see tools/list")
 

@@ -1,0 +1,1 @@
+"""What an org may use of the shared system: its request rate limit, and operators' overrides."""

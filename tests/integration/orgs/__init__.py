@@ -1,0 +1,1 @@
+"""Integration tests: per-org limits."""

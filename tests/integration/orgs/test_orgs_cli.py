@@ -1,0 +1,92 @@
+"""`driftless orgs set`: an operator gives one org its own request rate limit, without SQL.
+
+The CLI commits, so these tests use the committed test database (as test_keys_cli.py
+does) and orgs of their own.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from flask.testing import FlaskClient
+
+from shared.infra.queue import RecordingQueue
+from worker.cli import main
+
+
+@pytest.fixture
+def cli_env(database_url: str, redis_url: str) -> dict[str, str]:
+    return {"DATABASE_URL": database_url, "REDIS_URL": redis_url}
+
+
+def _cli(env: dict[str, str], *args: str) -> Result:
+    return CliRunner().invoke(main, list(args), env=env)
+
+
+@pytest.fixture
+def org_key(cli_env: dict[str, str]) -> tuple[str, str]:
+    org = f"orgs-{uuid.uuid4().hex[:12]}"
+    created = _cli(cli_env, "keys", "create", org)
+    assert created.exit_code == 0, created.output
+    return org, created.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture
+def committed_client(settings: Any) -> Iterator[FlaskClient]:
+    """The app on the committed database, with no key cache: it sees each change at once."""
+    from web.app import create_app
+
+    app = create_app(settings.model_copy(update={"auth_cache_s": 0}), queue=RecordingQueue())
+    yield app.test_client()
+    app.extensions["driftless"].engine.dispose()
+
+
+def _statuses(client: FlaskClient, key: str, n: int) -> list[int]:
+    return [
+        client.get("/agents-api/scopes", headers={"Authorization": f"Bearer {key}"}).status_code
+        for _ in range(n)
+    ]
+
+
+def test_orgs_set_lowers_an_orgs_request_limit_and_default_restores_the_fleets(
+    cli_env: dict[str, str], org_key: tuple[str, str], committed_client: FlaskClient
+) -> None:
+    org, key = org_key
+    lowered = _cli(cli_env, "orgs", "set", org, "--requests-per-s", "0.001", "--request-burst", "2")
+    assert lowered.exit_code == 0, lowered.output
+    assert "requests a second 0.001, request burst 2" in lowered.stdout
+    assert _statuses(committed_client, key, 3) == [200, 200, 429]
+
+    restored = _cli(cli_env, "orgs", "set", org, "--requests-per-s", "default")
+    assert restored.exit_code == 0, restored.output
+    assert "requests a second the default (DRIFTLESS_ORG_REQUESTS_PER_S)" in restored.stdout
+    assert "request burst 2" in restored.stdout  # what was not named stays
+    # At the default rate (1000/s) the bucket refills within a few requests' time.
+    assert 200 in _statuses(committed_client, key, 3)
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--request-burst", "0"], "request burst"),
+        (["--request-burst", "1.5"], "is not a whole number"),
+        (["--requests-per-s", "-1"], "requests a second"),
+        (["--requests-per-s", "fast"], "is not a number"),
+    ],
+)
+def test_orgs_set_refuses_a_limit_that_is_no_limit(
+    cli_env: dict[str, str], org_key: tuple[str, str], args: list[str], error: str
+) -> None:
+    result = _cli(cli_env, "orgs", "set", org_key[0], *args)
+    assert result.exit_code != 0
+    assert error in result.output
+
+
+def test_orgs_set_names_an_unknown_org(cli_env: dict[str, str]) -> None:
+    result = _cli(cli_env, "orgs", "set", "no-such-org-anywhere", "--request-burst", "5")
+    assert result.exit_code == 1
+    assert "no org named 'no-such-org-anywhere'" in result.output
