@@ -245,8 +245,9 @@ def reevaluate(
         with rt.unit_of_work() as uow:
             org_id = org_id_named(uow=uow, org_name=org) if org is not None else None
             campaign = start_campaign(
-                uow=uow, org_id=org_id, origin="cli", agent_id=agent_id, user_id=user_id,
-                since=since, rate=rate,
+                uow=uow, org_id=org_id, origin="cli",
+                campaigns_per_org=rt.settings.campaigns_per_org, agent_id=agent_id,
+                user_id=user_id, since=since, rate=rate,
             )  # fmt: skip
             uow.commit()
         # From the commit on, Ctrl-C means "stop following", whenever it comes: between

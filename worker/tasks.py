@@ -31,6 +31,7 @@ from shared.infra.queue import (
     SUMMARIZE_TOPIC,
     SWEEP_IDLE,
 )
+from shared.llm.factory import configured_model
 from shared.llm.ratelimit import RateLimited
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
@@ -231,9 +232,11 @@ def dispatch_webhooks(self: Task) -> int:
 
 @shared_task(name=ADVANCE_REEVALUATIONS, bind=True)
 def advance_reevaluations(self: Task) -> dict[str, int]:
-    """Beat, every second: each running re-evaluation campaign's topics enqueued at its rate."""
+    """Beat, every second: each running re-evaluation campaign's topics enqueued at its rate;
+    topics the configured model summarized already are skipped."""
     now = dt.datetime.now(dt.UTC)
-    tick = advance_campaigns(new_uow=lambda: unit_of_work(self.app), now=now)
+    model = configured_model(context_of(self.app).settings)
+    tick = advance_campaigns(new_uow=lambda: unit_of_work(self.app), now=now, model=model)
     return dataclasses.asdict(tick)
 
 

@@ -73,8 +73,9 @@ class ReevaluationItem(Base):
     """One topic of a campaign, from the moment its job is sent until the job ends.
 
     The primary key makes settling idempotent: a job that runs twice moves it (and the
-    campaign's counters) once. No foreign key to the topic: a topic erased meanwhile
-    still has its item settled (its job finds nothing to do).
+    campaign's counters) once. A topic skipped (current already, or in flight for another
+    campaign) is recorded done at once, with no job. No foreign key to the topic: a topic
+    erased meanwhile still has its item settled (its job finds nothing to do).
     """
 
     __tablename__ = "reevaluation_items"
@@ -84,6 +85,15 @@ class ReevaluationItem(Base):
         Index(
             "ix_reevaluation_items_overdue",
             "enqueued_at",
+            postgresql_where=text("status = 'enqueued'"),
+        ),
+        # The topic's claim: one job in flight for it across every campaign. Another
+        # campaign's pump finds it taken and settles its own item as skipped, with no
+        # model call; the claim goes when the job settles (or times out, pump.py).
+        Index(
+            "uq_reevaluation_items_in_flight",
+            "topic_id",
+            unique=True,
             postgresql_where=text("status = 'enqueued'"),
         ),
     )

@@ -28,6 +28,8 @@ from sqlalchemy.dialects.postgresql import insert
 
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.metrics import REEVALUATION_TOPICS, count_on_commit
+from shared.llm.prompts import SUMMARY_PROMPT_VERSION
+from shared.reevaluations.budget import Demand, share_budget
 from shared.reevaluations.models import ReevaluationCampaign, ReevaluationItem
 from shared.reevaluations.selection import Maker, Selection, reevaluation_job, topics_after
 from shared.topics.models import Topic
@@ -76,33 +78,55 @@ class Tick:
     resent: int = 0  # jobs sent again for items overdue
     given_up: int = 0  # items overdue twice, counted failed
     finished: int = 0  # campaigns that finished
+    skipped: int = 0  # topics settled at once: current already, or another campaign's
 
     def __add__(self, other: Tick) -> Tick:
         return Tick(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
 
-def advance_campaigns(*, new_uow: Callable[[], UnitOfWork], now: dt.datetime) -> Tick:
-    """Beat, every TICK_S: each running campaign advanced in a transaction of its own, the
-    one that waited longest first, until MAX_PER_TICK topics were enqueued."""
+def advance_campaigns(
+    *, new_uow: Callable[[], UnitOfWork], now: dt.datetime, model: str | None = None
+) -> Tick:
+    """Beat, every TICK_S: each running campaign advanced in a transaction of its own, by
+    its share of MAX_PER_TICK (budget.py: round robin across orgs, then their campaigns).
+    `model`, the configured one: topics it summarized already are skipped (None: none)."""
     with new_uow() as uow:
-        running = uow.session.scalars(
-            select(Campaign.id).where(Campaign.state == "running").order_by(Campaign.advanced_at)
-        ).all()
+        running = uow.session.execute(
+            select(Campaign.id, Campaign.org_id, Campaign.rate, Campaign.advanced_at,
+                   Campaign.exhausted)
+            .where(Campaign.state == "running")
+            .order_by(Campaign.advanced_at)
+        ).all()  # fmt: skip
+    demands = [
+        Demand(row.id, row.org_id, 0 if row.exhausted else owed(
+            rate=row.rate, elapsed_s=(now - row.advanced_at).total_seconds()
+        )[0])
+        for row in running
+    ]  # fmt: skip
+    shares = share_budget(demands, MAX_PER_TICK)
+    current = None if model is None else Maker(SUMMARY_PROMPT_VERSION, model)
     total = Tick()
-    for campaign_id in running:
-        if total.enqueued >= MAX_PER_TICK:
-            break  # the others' credit waits for the next tick
+    for demand in demands:
+        # A campaign without a share this tick still has its overdue items looked at; its
+        # time passed stays owed for the next tick.
         with new_uow() as uow:
             tick = advance_campaign(
-                uow=uow, campaign_id=campaign_id, now=now, limit=MAX_PER_TICK - total.enqueued
-            )
+                uow=uow, campaign_id=demand.campaign_id, now=now,
+                limit=shares[demand.campaign_id], current=current,
+            )  # fmt: skip
             uow.commit()
         total += tick
+    total += _release_abandoned(new_uow, now)
     return total
 
 
 def advance_campaign(
-    *, uow: UnitOfWork, campaign_id: uuid.UUID, now: dt.datetime, limit: int = MAX_PER_TICK
+    *,
+    uow: UnitOfWork,
+    campaign_id: uuid.UUID,
+    now: dt.datetime,
+    limit: int = MAX_PER_TICK,
+    current: Maker | None = None,
 ) -> Tick:
     """One tick of one campaign, in `uow`'s transaction (the caller commits)."""
     # Waits for a settling job's short transaction; a cancel waits for this one.
@@ -112,45 +136,93 @@ def advance_campaign(
     ).first()
     if campaign is None or campaign.state != "running":
         return Tick()
-    enqueued = 0 if campaign.exhausted else _enqueue_owed(uow, campaign, now, limit)
+    enqueued, skipped = (0, 0) if campaign.exhausted else _enqueue_owed(
+        uow, campaign, now, limit, current
+    )  # fmt: skip
     resent, given_up = _overdue(uow, campaign, now)
     uow.session.flush()
     finished = finish_if_settled(uow=uow, campaign_id=campaign.id)
-    return Tick(enqueued, resent, given_up, int(finished))
+    return Tick(enqueued, resent, given_up, int(finished), skipped)
 
 
 def _enqueue_owed(
-    uow: UnitOfWork, campaign: ReevaluationCampaign, now: dt.datetime, limit: int
-) -> int:
+    uow: UnitOfWork,
+    campaign: ReevaluationCampaign,
+    now: dt.datetime,
+    limit: int,
+    current: Maker | None,
+) -> tuple[int, int]:
+    """(topics enqueued, topics skipped) of what the campaign is owed, at most `limit`."""
     elapsed_s = (now - campaign.advanced_at).total_seconds()
     count, leftover_s = owed(rate=campaign.rate, elapsed_s=elapsed_s, limit=limit)
     if count == 0:
-        return 0  # the time passed stays owed: advanced_at does not move
+        return 0, 0  # the time passed stays owed: advanced_at does not move
     rows = topics_after(
-        uow=uow, selection=selection_of(campaign), after=campaign.cursor, limit=count
-    )
-    new: set[uuid.UUID] = set()
+        uow=uow, selection=selection_of(campaign), after=campaign.cursor, limit=count,
+        current=current,
+    )  # fmt: skip
+    claimed: set[uuid.UUID] = set()
+    skipped: set[uuid.UUID] = set()
     if rows:
-        items = [{"campaign_id": campaign.id, "topic_id": t, "enqueued_at": now} for t, _ in rows]
-        new = set(
-            uow.session.scalars(
-                insert(Item).values(items).on_conflict_do_nothing().returning(Item.topic_id)
-            )
+        claimed = _claim(uow, campaign.id, [row.id for row in rows if not row.current], now)
+        skipped = _settle_skipped(
+            uow, campaign.id, [r.id for r in rows if r.id not in claimed], now
         )
-        for topic_id, status in rows:
-            if topic_id in new:
+        for topic_id, status, _ in rows:
+            if topic_id in claimed:
                 uow.enqueue(
                     reevaluation_job(topic_id=topic_id, status=status, campaign_id=campaign.id)
                 )
         campaign.cursor = rows[-1].id
-        campaign.enqueued += len(new)
-        count_on_commit(uow.session, REEVALUATION_TOPICS.labels("enqueued"), len(new))
+        campaign.enqueued += len(claimed) + len(skipped)
+        campaign.done += len(skipped)
+        count_on_commit(
+            uow.session, REEVALUATION_TOPICS.labels("enqueued"), len(claimed) + len(skipped)
+        )
+        count_on_commit(uow.session, REEVALUATION_TOPICS.labels("done"), len(skipped))
     if len(rows) < count:  # none left after the cursor
         campaign.exhausted = True
         campaign.advanced_at = now
     else:
         campaign.advanced_at = now - dt.timedelta(seconds=leftover_s)
-    return len(new)
+    return len(claimed), len(skipped)
+
+
+def _claim(
+    uow: UnitOfWork, campaign_id: uuid.UUID, topic_ids: list[uuid.UUID], now: dt.datetime
+) -> set[uuid.UUID]:
+    """The topics whose claim this campaign took: an item in flight. A topic another
+    campaign has in flight (uq_reevaluation_items_in_flight) is not among them; a claim
+    taken by a transaction not committed yet is waited for, so two ticks never both win."""
+    if not topic_ids:
+        return set()
+    items = [{"campaign_id": campaign_id, "topic_id": t, "enqueued_at": now} for t in topic_ids]
+    return set(
+        uow.session.scalars(
+            insert(Item).values(items).on_conflict_do_nothing().returning(Item.topic_id)
+        )
+    )
+
+
+def _settle_skipped(
+    uow: UnitOfWork, campaign_id: uuid.UUID, topic_ids: list[uuid.UUID], now: dt.datetime
+) -> set[uuid.UUID]:
+    """Topics current already, or in flight for another campaign: done at once, no job.
+
+    Their jobs' own check would skip a current topic too, but two campaigns' jobs for one
+    topic both find it stale before either's model call: only the claim prevents that.
+    """
+    if not topic_ids:
+        return set()
+    items = [
+        {"campaign_id": campaign_id, "topic_id": t, "enqueued_at": now, "status": "done"}
+        for t in topic_ids
+    ]
+    return set(
+        uow.session.scalars(
+            insert(Item).values(items).on_conflict_do_nothing().returning(Item.topic_id)
+        )
+    )
 
 
 def _overdue(uow: UnitOfWork, campaign: ReevaluationCampaign, now: dt.datetime) -> tuple[int, int]:
@@ -194,6 +266,55 @@ def _overdue(uow: UnitOfWork, campaign: ReevaluationCampaign, now: dt.datetime) 
         count_on_commit(uow.session, REEVALUATION_TOPICS.labels("failed"), len(lost))
         log.warning("re-evaluation %s: %d topics failed (no job came back)", campaign.id, len(lost))
     return len(again), len(lost)
+
+
+def _release_abandoned(new_uow: Callable[[], UnitOfWork], now: dt.datetime) -> Tick:
+    """Items of cancelled campaigns whose job never came back: counted failed, so their
+    topics' claims go (the pump times out only a running campaign's items)."""
+    with new_uow() as uow:
+        abandoned = uow.session.scalars(
+            select(Item.campaign_id)
+            .join(Campaign, Campaign.id == Item.campaign_id)
+            .where(
+                Item.status == "enqueued",
+                Item.enqueued_at < now - ITEM_TIMEOUT * MAX_ATTEMPTS,
+                Campaign.state != "running",
+            )
+            .distinct()
+            .limit(MAX_PER_TICK)
+        ).all()
+    lost = 0
+    for campaign_id in abandoned:
+        with new_uow() as uow:
+            # The campaign's lock first, as settle_item takes it.
+            uow.session.execute(
+                select(Campaign.id).where(Campaign.id == campaign_id).with_for_update()
+            )
+            released = len(
+                uow.session.scalars(
+                    update(Item)
+                    .where(
+                        Item.campaign_id == campaign_id,
+                        Item.status == "enqueued",
+                        Item.enqueued_at < now - ITEM_TIMEOUT * MAX_ATTEMPTS,
+                    )
+                    .values(status="failed")
+                    .returning(Item.topic_id)
+                    .execution_options(synchronize_session=False)
+                ).all()
+            )
+            uow.session.execute(
+                update(Campaign)
+                .where(Campaign.id == campaign_id)
+                .values(failed=Campaign.failed + released)
+                .execution_options(synchronize_session=False)
+            )
+            count_on_commit(uow.session, REEVALUATION_TOPICS.labels("failed"), released)
+            uow.commit()
+        lost += released
+    if lost:
+        log.warning("%d topics of cancelled re-evaluations failed (no job came back)", lost)
+    return Tick(given_up=lost)
 
 
 def settle_item(

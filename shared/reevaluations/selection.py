@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVarTuple
 
-from sqlalchemy import Select, and_, func, or_, select
+from sqlalchemy import ColumnElement, Select, and_, false, func, or_, select
 
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
@@ -70,11 +70,30 @@ def count_topics(*, uow: UnitOfWork, selection: Selection) -> int:
     return int(uow.session.scalar(_filtered(select(func.count(Topic.id)), selection)) or 0)
 
 
+def is_current(maker: Maker) -> ColumnElement[bool]:
+    """The topic's summary covers its every message and `maker` made it: what the jobs'
+    own check (shared/summaries/service.py is_summary_current) finds, as SQL."""
+    return and_(
+        Topic.last_message_id.is_not(None),
+        Topic.summarized_through_id == Topic.last_message_id,
+        Topic.summary_prompt_version == maker.prompt_version,
+        or_(Topic.summary_model.is_(None), Topic.summary_model == maker.model),
+    )
+
+
 def topics_after(
-    *, uow: UnitOfWork, selection: Selection, after: uuid.UUID | None, limit: int
+    *,
+    uow: UnitOfWork,
+    selection: Selection,
+    after: uuid.UUID | None,
+    limit: int,
+    current: Maker | None = None,
 ) -> Sequence[Any]:
-    """(id, status) of the next `limit` matching topics in id order after `after`."""
-    query = _filtered(select(Topic.id, Topic.status), selection).order_by(Topic.id).limit(limit)
+    """(id, status, current) of the next `limit` matching topics in id order after `after`;
+    `current`: whether `current` made the topic's summary of all it holds (never, if None)."""
+    up_to_date = false() if current is None else is_current(current)
+    query = _filtered(select(Topic.id, Topic.status, up_to_date.label("current")), selection)
+    query = query.order_by(Topic.id).limit(limit)
     if after is not None:
         query = query.where(Topic.id > after)
     return uow.session.execute(query).all()

@@ -15,10 +15,12 @@ from collections.abc import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from shared.domain.errors import Conflict, Invalid, NotFound
+from shared.auth.models import Org
+from shared.domain.errors import Conflict, Invalid, NotFound, TooBusy
 from shared.domain.limits import MAX_SCOPE_ID_CHARS
 from shared.infra.config import Settings
 from shared.infra.db.uow import UnitOfWork
+from shared.infra.metrics import LIMIT_HITS
 from shared.llm.factory import configured_model
 from shared.llm.prompts import SUMMARY_PROMPT_VERSION
 from shared.reevaluations.models import ReevaluationCampaign
@@ -31,6 +33,10 @@ DEFAULT_RATE = 5.0
 MIN_RATE = 0.1
 MAX_RATE = 1000.0
 LISTED = 100  # GET /agents-api/reevaluations answers the newest this many
+# A refused start's Retry-After: when the org's soonest campaign has enqueued its last
+# topic at its rate, within these bounds (its last jobs still have to run after that).
+MIN_RETRY_AFTER_S = 5
+MAX_RETRY_AFTER_S = 600
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +54,35 @@ def _check(
         raise Invalid(f"rate: must be {MIN_RATE:g} to {MAX_RATE:g} topics a second, not {rate:g}")
 
 
+def _admit(uow: UnitOfWork, *, org_id: uuid.UUID, per_org: int) -> None:
+    """TooBusy while the org runs `per_org` campaigns already; the caller's transaction
+    then holds the org's lock until it commits the new one."""
+    # Two starts of one org queue here, so the second counts the first's campaign. NO KEY
+    # UPDATE: the org's other writers (inserts referencing it) do not wait on a start.
+    uow.session.execute(select(Org.id).where(Org.id == org_id).with_for_update(key_share=True))
+    running = uow.session.execute(
+        select(
+            ReevaluationCampaign.total, ReevaluationCampaign.enqueued, ReevaluationCampaign.rate
+        ).where(ReevaluationCampaign.org_id == org_id, ReevaluationCampaign.state == "running")
+    ).all()
+    if len(running) < per_org:
+        return
+    LIMIT_HITS.labels("campaigns").inc()
+    soonest_s = min(max(row.total - row.enqueued, 0) / row.rate for row in running)
+    retry_after_s = min(max(math.ceil(soonest_s), MIN_RETRY_AFTER_S), MAX_RETRY_AFTER_S)
+    raise TooBusy(
+        f"{len(running)} re-evaluations of this org are running, the most at once"
+        f" (DRIFTLESS_CAMPAIGNS_PER_ORG={per_org}): retry once one has finished, or cancel one",
+        retry_after_s=retry_after_s,
+    )
+
+
 def start_campaign(
     *,
     uow: UnitOfWork,
     org_id: uuid.UUID | None,
     origin: str,
+    campaigns_per_org: int | None,
     agent_id: str | None = None,
     user_id: str | None = None,
     since: dt.datetime | None = None,
@@ -60,9 +90,12 @@ def start_campaign(
     stale_for: Maker | None = None,
 ) -> ReevaluationCampaign:
     """A running campaign over the matching topics created until now (`org_id` None: every
-    org's), its total counted now; with nothing to do, finished at once."""
+    org's), its total counted now; with nothing to do, finished at once. TooBusy while the
+    org runs `campaigns_per_org` already (None: no cap, for campaigns of no org)."""
     rate = DEFAULT_RATE if rate is None else float(rate)
     _check(agent_id=agent_id, user_id=user_id, since=since, rate=rate)
+    if org_id is not None and campaigns_per_org is not None:
+        _admit(uow, org_id=org_id, per_org=campaigns_per_org)
     # The campaign's creation, and the newest topic it covers: topics created later are
     # not in it (a campaign is a snapshot, not a subscription).
     started: dt.datetime = uow.session.scalars(select(func.clock_timestamp())).one()
@@ -91,7 +124,12 @@ def start_stale_campaign(
 ) -> ReevaluationCampaign | None:
     """Beat's campaign (DRIFTLESS_REEVALUATE_CRON): every org's topics summarized by an
     older prompt version or another model than `model` (the configured one). None while
-    the previous one still runs."""
+    the previous one still runs.
+
+    It is no org's campaign, so no org's cap refuses it nor does it take an org's place:
+    it is one at a time fleet-wide already, and a topic an org's own campaign has in
+    flight is skipped by the pump (pump.py), so running beside them costs no extra call.
+    """
     running = select(ReevaluationCampaign.id).where(
         ReevaluationCampaign.origin == "cron", ReevaluationCampaign.state == "running"
     )
@@ -101,7 +139,14 @@ def start_stale_campaign(
         # A duplicate job racing this one: the partial unique index lets one through.
         with uow.session.begin_nested():
             current = Maker(prompt_version=SUMMARY_PROMPT_VERSION, model=model)
-            return start_campaign(uow=uow, org_id=None, origin="cron", stale_for=current, rate=rate)
+            return start_campaign(
+                uow=uow,
+                org_id=None,
+                origin="cron",
+                campaigns_per_org=None,
+                stale_for=current,
+                rate=rate,
+            )
     except IntegrityError:
         return None
 

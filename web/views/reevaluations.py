@@ -11,8 +11,8 @@ from shared.reevaluations.service import (
     start_campaign,
 )
 from web.auth import current_org
-from web.runtime import unit_of_work
-from web.schemas.common import dump
+from web.runtime import runtime, unit_of_work
+from web.schemas.common import ErrorOut, dump
 from web.schemas.reevaluations import (
     ReevaluationIn,
     ReevaluationOut,
@@ -25,14 +25,16 @@ from web.views.common import api_blueprint
 bp = api_blueprint("reevaluations", "reevaluations")
 
 
-@bp.post("/reevaluations", responses={202: StartedOut})
+@bp.post("/reevaluations", responses={202: StartedOut, 429: ErrorOut})
 def start(body: ReevaluationIn) -> tuple[dict[str, Any], int]:
     """Start re-evaluating the org's matching topics at `rate` a second (closed ones are
-    re-summarized, active ones evaluated); follow it with GET …/reevaluations/{id}."""
+    re-summarized, active ones evaluated); follow it with GET …/reevaluations/{id}. 429
+    with Retry-After while the org runs DRIFTLESS_CAMPAIGNS_PER_ORG campaigns already."""
+    per_org = runtime().settings.campaigns_per_org
     with unit_of_work() as uow:
         campaign = start_campaign(
-            uow=uow, org_id=current_org(), origin="api", agent_id=body.agent_id,
-            user_id=body.user_id, since=body.since, rate=body.rate,
+            uow=uow, org_id=current_org(), origin="api", campaigns_per_org=per_org,
+            agent_id=body.agent_id, user_id=body.user_id, since=body.since, rate=body.rate,
         )  # fmt: skip
         uow.commit()
     return dump(StartedOut.model_validate(campaign)), 202

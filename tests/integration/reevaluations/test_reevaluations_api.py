@@ -16,7 +16,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import RecordingQueue
 from shared.reevaluations.pump import advance_campaign
-from tests.integration.reevaluations.world import campaign, campaign_rows, start, topics_of
+from tests.integration.reevaluations.world import (
+    campaign,
+    campaign_rows,
+    start,
+    topics_of,
+    total_of,
+)
 
 CAMPAIGN_FIELDS = {
     "id", "state", "total", "enqueued", "done", "failed", "agentId", "userId", "since",
@@ -49,10 +55,10 @@ def test_agent_user_and_since_narrow_the_campaign(
     topics_of(client, auth, closed=1, agent="coder", user="ada")
     since = client.get(f"/agents-api/topics/{newer[0]}", headers=auth).json["createdAt"]  # type: ignore[index]
 
-    assert start(client, auth, {"userId": "ada"})["total"] == len(older) + len(newer) + 2
-    assert start(client, auth, {"agentId": "planner", "userId": "ada"})["total"] == 4
-    assert start(client, auth, {"agentId": "planner", "since": since})["total"] == len(newer)
-    assert start(client, auth, {"userId": "bob"})["total"] == 0
+    assert total_of(client, auth, {"userId": "ada"}) == len(older) + len(newer) + 2
+    assert total_of(client, auth, {"agentId": "planner", "userId": "ada"}) == 4
+    assert total_of(client, auth, {"agentId": "planner", "since": since}) == len(newer)
+    assert total_of(client, auth, {"userId": "bob"}) == 0
 
 
 def test_a_campaign_with_nothing_to_do_is_finished_at_once(

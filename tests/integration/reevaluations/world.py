@@ -49,6 +49,17 @@ def start(
     return answer
 
 
+def total_of(client: FlaskClient, auth: dict[str, str], body: dict[str, Any]) -> int:
+    """The topics a campaign with this body covers; the campaign then cancelled, so that
+    the org's cap (DRIFTLESS_CAMPAIGNS_PER_ORG) leaves room for the next one."""
+    started = start(client, auth, body)
+    if started["state"] == "running":
+        cancelled = client.delete(f"/agents-api/reevaluations/{started['id']}", headers=auth)
+        assert cancelled.status_code == 200, cancelled.json
+    total: int = started["total"]
+    return total
+
+
 def campaign(
     client: FlaskClient, auth: dict[str, str], campaign_id: str | uuid.UUID
 ) -> dict[str, Any]:
