@@ -143,7 +143,9 @@ class Settings(BaseModel):
     # line, UTC) over topics summarized by an older prompt version or model.
     reevaluate_cron: str | None = None
     # Webhook deliveries (shared/webhooks/): attempts before a delivery is dead, the
-    # first retry's delay (doubling, with jitter, up to 6 h), one attempt's time limit.
+    # first retry's delay (doubling, with jitter, up to 6 h), one attempt's deadline (its
+    # connect, send and answer headers, every hop, together; the delivery job's hard time
+    # limit and the claim's lease are derived from it: shared/webhooks/delivery.py).
     webhook_max_attempts: int = Field(default=12, ge=1, le=100)
     webhook_backoff_s: float = Field(default=5.0, gt=0, le=21_600)
     webhook_timeout_s: float = Field(default=10.0, gt=0, le=120)
