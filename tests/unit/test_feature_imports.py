@@ -8,6 +8,7 @@ as a stop of its own on the way, so a cycle through them is found too.
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import grimp
@@ -113,3 +114,14 @@ def test_the_cycle_finder_finds_a_cycle_through_a_plain_module() -> None:
     }
     assert _cycles(edges) == [["shared.a", "shared.glue", "shared.b", "shared.a"]]
     assert _cycles({"shared.a": {"shared.b"}, "shared.b": {"shared.c"}}) == []
+
+
+def test_the_import_contracts_name_every_feature_package() -> None:
+    """pyproject.toml's contracts list the features infra and domain may not import: a
+    feature missing from a list is a feature they could import unnoticed."""
+    pyproject = tomllib.loads((SHARED.parent / "pyproject.toml").read_text())
+    contracts = pyproject["tool"]["importlinter"]["contracts"]
+    features = {f"shared.{name}" for name in FEATURES}
+    for source in ("shared.infra", "shared.domain"):
+        (contract,) = [c for c in contracts if c.get("source_modules") == [source]]
+        assert features - set(contract["forbidden_modules"]) == set(), contract["name"]
