@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import InstrumentedAttribute
 
 from shared.context.working_memory import forget_working_memory
@@ -61,6 +61,10 @@ def erase_user_everywhere(
 
 def erase_user(*, uow: UnitOfWork, scope: Scope) -> Erased:
     """Delete the scope's rows (the caller commits, then calls `forget_in_redis`)."""
+    # The right to erasure has no size: the web's statement timeout bounds queries a
+    # client can repeat at will, but a user's lifetime of rows goes in one transaction
+    # that must finish, however long it takes.
+    uow.session.execute(text("SET LOCAL statement_timeout = 0"))
     session_ids = list(
         uow.session.scalars(
             select(ChatSession.id).where(

@@ -12,6 +12,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.context.working_memory import get_working_memory
+from shared.erasure.service import erase_user
+from shared.infra.config import Settings
 from shared.infra.queue import EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
@@ -207,3 +209,22 @@ def test_redis_down_still_erases_the_rows_and_leaves_the_keys_to_expire(
     assert erased.counts["sessions"] == 1
     assert "redisKeys" not in erased.counts  # the keys expire on their own
     assert client.get(f"/agents-api/sessions/{ada['id']}", headers=auth).status_code == 404
+
+
+def test_erasure_is_not_cut_short_by_the_web_statement_timeout(settings: Settings) -> None:
+    """The web bounds its queries ([3.2]); a user's erasure is one transaction that must
+    finish however many rows it holds, so it lifts the bound for itself."""
+    from web.app import create_app
+
+    app = create_app(settings.model_copy(update={"web_statement_timeout_ms": 50}))
+    runtime = app.extensions["driftless"]
+    try:
+        with runtime.unit_of_work() as uow:
+            scope = Scope(org_id=uuid.uuid4(), agent_id="agent-1", user_id="user-1")
+            erase_user(uow=uow, scope=scope)
+            # Past the timeout, in the erasure's own transaction: still running.
+            uow.connection().exec_driver_sql("SELECT pg_sleep(0.2)")
+            bound = uow.connection().exec_driver_sql("SHOW statement_timeout").scalar_one()
+    finally:
+        runtime.close()
+    assert bound == "0"
