@@ -1,11 +1,13 @@
 """Attempts in flight are capped per org (DRIFTLESS_WEBHOOKS_PER_ORG) as well as per
 subscription: an org's slow receivers, however many subscriptions they are, hold at most
-its share of the workers; another org's events go through meanwhile; the refused
-attempts are counted, and made once a slot is free."""
+its share of the workers; another org's events go through meanwhile, at a free worker's
+latency even past 20 receivers trickling their answers; the refused attempts are
+counted, and made once a slot is free."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -70,3 +72,29 @@ def test_an_orgs_attempts_in_flight_stop_at_its_limit_and_another_orgs_go_throug
     assert slow.most_in_flight == PER_ORG
     assert all(d["status"] == "delivered" for deliveries in settled for d in deliveries)
     assert len(other.events()) == 1
+
+
+def test_twenty_trickling_receivers_of_one_org_leave_another_orgs_delivery_its_latency(
+    system: System,
+) -> None:
+    busy_org, other_org = system.new_org(), system.new_org()
+    with Receiver() as trickling, Receiver() as other:
+        # Each byte within any per-read timeout; the whole head past the attempt's deadline.
+        trickling.answer_with(lambda _request, _n: Answer(204, trickle_s=0.3))
+        hooks = [system.subscribe(busy_org, trickling, path=f"/t-{i}") for i in range(20)]
+        other_hook = system.subscribe(other_org, other)
+        system.change_facts(busy_org, plan="pro")  # 20 deliveries, each trickled
+        wait_for(lambda: trickling.in_flight == PER_ORG, what="the busy org's slots taken")
+
+        started = time.monotonic()
+        system.change_facts(other_org, plan="pro")
+        (delivered,) = system.settled(other_org, other_hook, 1)
+        latency = time.monotonic() - started
+
+        assert delivered["status"] == "delivered"
+        assert latency < 5.0  # generous: a free worker thread's, not a trickle's 20 s
+        assert trickling.in_flight <= PER_ORG
+        for hook in hooks:  # their deliveries go with them: nothing left to trickle
+            deleted = system.client.delete(f"/agents-api/webhooks/{hook}", headers=busy_org)
+            assert deleted.status_code == 204
+    assert trickling.most_in_flight == PER_ORG
