@@ -18,6 +18,7 @@ from prometheus_client import REGISTRY
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
+from shared.auth.service import create_api_key
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import RecordingQueue
 from shared.llm.prompts import SUMMARY_PROMPT_VERSION
@@ -26,7 +27,13 @@ from shared.reevaluations.selection import Maker
 from shared.reevaluations.service import start_campaign
 from tests.helpers import wait_for
 from tests.integration.reevaluations.system import MODEL, SUMMARY, System
-from tests.integration.reevaluations.world import campaign, start, summarized_by, topics_of
+from tests.integration.reevaluations.world import (
+    campaign,
+    campaign_rows,
+    start,
+    summarized_by,
+    topics_of,
+)
 from tests.llm_server import FakeOpenAI
 
 
@@ -172,3 +179,25 @@ def test_a_cancelled_campaigns_lost_job_releases_its_topic_after_the_timeouts(
     third = start(client, auth, {"rate": 100})
     assert tick(third["id"], 3) == Tick(enqueued=1)  # the topic is free again
     assert [job.kwargs["topic_id"] for job in queue.sent][-1] == topic
+
+
+def test_the_cli_is_refused_past_the_orgs_cap_and_starts_nothing(system: System) -> None:
+    from click.testing import CliRunner
+
+    from worker.cli import main
+
+    name = f"capped-{uuid.uuid4().hex[:8]}"
+    with system.unit_of_work() as uow:
+        auth = {"Authorization": f"Bearer {create_api_key(uow=uow, org_name=name)}"}
+        uow.commit()
+    topics_of(system.client, auth, closed=1, active=False)
+    start(system.client, auth, {"rate": 0.1})
+    start(system.client, auth, {"rate": 0.1})
+    assert system.settings.database_url and system.settings.redis_url
+    env = {"DATABASE_URL": system.settings.database_url, "REDIS_URL": system.settings.redis_url}
+
+    result = CliRunner().invoke(main, ["reevaluate", "--org", name], env=env)
+
+    assert result.exit_code != 0
+    assert "DRIFTLESS_CAMPAIGNS_PER_ORG=2" in result.output
+    assert campaign_rows(system.factory) == 2
