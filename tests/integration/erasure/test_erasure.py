@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
 import redis
 from click.testing import CliRunner
 from flask.testing import FlaskClient
@@ -14,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from shared.context.working_memory import get_working_memory
 from shared.erasure.service import erase_user
 from shared.infra.config import Settings
-from shared.infra.queue import EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
+from shared.infra.queue import EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job, RecordingQueue
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
 from shared.memory.versions import MemoryVersion
@@ -85,9 +86,24 @@ def test_erasing_a_user_removes_their_rows_and_redis_state_and_nothing_else(
     assert again["erased"]["sessions"] == 0  # type: ignore[index]
 
 
+@pytest.fixture
+def roomy_client(
+    settings: Settings, session_factory: sessionmaker[Session], queue: RecordingQueue
+) -> FlaskClient:
+    """The web with room for three running campaigns per org (the default is two)."""
+    from web.app import create_app
+
+    roomy = settings.model_copy(update={"campaigns_per_org": 3})
+    client: FlaskClient = create_app(
+        roomy, queue=queue, session_factory=session_factory
+    ).test_client()
+    return client
+
+
 def test_erasure_removes_the_reevaluation_campaigns_narrowed_to_the_user(
-    client: FlaskClient, auth: dict[str, str]
+    roomy_client: FlaskClient, auth: dict[str, str]
 ) -> None:
+    client = roomy_client
     _fill(client, auth, "ada"), _fill(client, auth, "bob")
     for user in ("ada", "bob"):
         answer = client.post(
