@@ -48,7 +48,15 @@ from shared.infra.db.engine import bound_transactions, make_session_factory, sql
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.metrics import JOBS_ENQUEUED, JOBS_SEND_FAILED, at_zero
 from shared.infra.metrics_export import multiprocess_registry
-from shared.infra.queue import DUE_AT_HEADER, FIRE_DEBOUNCE, RECONCILE, TASK_ROUTES, RecordingQueue
+from shared.infra.queue import (
+    DUE_AT_HEADER,
+    FIRE_DEBOUNCE,
+    LANE_OF_QUEUE,
+    QUEUES,
+    RECONCILE,
+    TASK_ROUTES,
+    RecordingQueue,
+)
 from shared.reconcile.service import Reconciled
 from shared.reevaluations.pump import running_totals
 
@@ -75,11 +83,20 @@ TASK_SECONDS = Histogram(
     ["task"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
 )
+WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 QUEUE_LAG = Histogram(
     "driftless_queue_lag_seconds",
     "From when a job became due (enqueued + countdown) to when a worker started it",
     ["queue"],
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+    buckets=WAIT_BUCKETS,
+)
+# The same wait by lane: live LLM work (`llm`) against bulk (`llm_bulk`, a campaign's),
+# and the other queues under their own names. The live lane's is what a user waits.
+JOB_WAIT = Histogram(
+    "driftless_job_wait_seconds",
+    "From when a job became due to when a worker started it, by lane (live, bulk, fast, webhooks)",
+    ["lane"],
+    buckets=WAIT_BUCKETS,
 )
 FIRE_STATUSES = ("fire", "wait", "stale")  # shared.triggers.service.Fired
 DEBOUNCE_FIRES = at_zero(
@@ -132,7 +149,9 @@ def _on_prerun(task_id: str, task: Task, **_: Any) -> None:
     due_at = _header(task, DUE_AT_HEADER)
     if due_at is not None:
         # Clocks of sender and worker may differ a little; never report negative lag.
-        QUEUE_LAG.labels(_queue_of(task)).observe(max(0.0, time.time() - due_at))
+        waited, queue = max(0.0, time.time() - due_at), _queue_of(task)
+        QUEUE_LAG.labels(queue).observe(waited)
+        JOB_WAIT.labels(LANE_OF_QUEUE.get(queue, "unknown")).observe(waited)
 
 
 def _on_postrun(task_id: str, task: Task, retval: Any = None, **_: Any) -> None:
@@ -225,7 +244,7 @@ def queue_depth_collector(broker_url: str) -> QueueDepthCollector | None:
     client = redis.Redis.from_url(
         broker_url, socket_timeout=DEPTH_TIMEOUT_S, socket_connect_timeout=DEPTH_TIMEOUT_S
     )
-    return QueueDepthCollector(client, sorted({route["queue"] for route in TASK_ROUTES.values()}))
+    return QueueDepthCollector(client, sorted(QUEUES))
 
 
 # --- re-evaluation campaigns, read from PostgreSQL at scrape time ----------------------

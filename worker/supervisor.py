@@ -85,7 +85,7 @@ def _commands(settings: Settings) -> dict[str, list[str]]:
             # One process for every queue on a laptop, as the Procfile's worker: gevent
             # is the measured choice for LLM-bound work (docs/benchmarks.md, P4).
             str(bin_dir / "celery"), "-A", "worker.main", "worker",
-            "--queues", "llm,fast,webhooks",
+            "--queues", "llm,llm_bulk,fast,webhooks",
             "--pool", "gevent", "--concurrency", "128", "--loglevel", "INFO",
         ],
         "beat": [

@@ -28,7 +28,7 @@ from kombu.transport import redis as kombu_redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from shared.infra.queue import FAST_QUEUE, LLM_QUEUE, TASK_ROUTES, WEBHOOK_QUEUE
+from shared.infra.queue import FAST_QUEUE, QUEUES, TASK_ROUTES
 from shared.infra.runtime import Endpoints
 
 # celery's broker_transport for redis:// and rediss:// broker URLs.
@@ -54,11 +54,7 @@ def sender_settings(endpoints: Endpoints) -> dict[str, Any]:
         # Each queue gets its own exchange and key. Left implicit, both queues bind to the
         # default exchange with the same key; an AMQP broker (CELERY_BROKER_URL may be
         # RabbitMQ) would then copy a job routed by that key into both.
-        "task_queues": [
-            Queue(LLM_QUEUE, Exchange(LLM_QUEUE), routing_key=LLM_QUEUE),
-            Queue(FAST_QUEUE, Exchange(FAST_QUEUE), routing_key=FAST_QUEUE),
-            Queue(WEBHOOK_QUEUE, Exchange(WEBHOOK_QUEUE), routing_key=WEBHOOK_QUEUE),
-        ],
+        "task_queues": [Queue(name, Exchange(name), routing_key=name) for name in QUEUES],
         "task_default_queue": FAST_QUEUE,
         "task_routes": TASK_ROUTES,
         "task_serializer": "json",

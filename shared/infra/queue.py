@@ -8,18 +8,29 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from shared.infra.metrics import JOBS_ENQUEUED, JOBS_SEND_FAILED
+
+Lane = Literal["live", "bulk"]
 
 
 @dataclass(frozen=True)
 class Job:
-    """A background job: a task name and its keyword arguments (ids, never objects)."""
+    """A background job: a task name and its keyword arguments (ids, never objects).
+
+    `lane`: "bulk" for work nobody waits on (a re-evaluation campaign's topics), which an
+    LLM task then sends to LLM_BULK_QUEUE; live work (every trigger, a close) keeps "live".
+    """
 
     task: str
     kwargs: dict[str, Any] = field(default_factory=dict)
     countdown: float | None = None
+    lane: Lane = "live"
+
+    def __post_init__(self) -> None:
+        if self.lane == "bulk" and TASK_ROUTES.get(self.task, {}).get("queue") != LLM_QUEUE:
+            raise ValueError(f"only LLM tasks have a bulk lane, not {self.task}")
 
 
 class JobQueue(Protocol):
@@ -52,6 +63,17 @@ ADVANCE_REEVALUATIONS = "driftless.advance_reevaluations"
 START_STALE_REEVALUATION = "driftless.start_stale_reevaluation"
 
 LLM_QUEUE = "llm"
+# Live work before bulk work: the LLM jobs of a re-evaluation campaign wait in a list of
+# their own, which every LLM worker consumes after `llm`'s in turn. kombu's Redis
+# transport (5.7, kombu/transport/redis.py) fetches with one BRPOP over the worker's
+# queues (Channel._brpop_start, in `_queue_cycle` order); Redis pops from the first of
+# them that holds a job, and Channel._brpop_read then rotates that queue to the end of
+# the cycle (round_robin_cycle.rotate). So while both lists hold jobs the fetches
+# alternate, and a live job waits behind at most one bulk fetch, never the campaign's
+# backlog. With acks_late and a prefetch multiplier of 1 (worker/app.py) a worker holds
+# no more jobs than it has slots, and fetches again only when one frees: nothing bulk
+# is queued up inside the worker ahead of a live job either.
+LLM_BULK_QUEUE = "llm_bulk"
 FAST_QUEUE = "fast"
 # Deliveries wait on other people's servers: a queue of their own, so that a slow
 # receiver holds webhook slots, never an evaluation's or a debounce's.
@@ -69,6 +91,11 @@ TASK_ROUTES = {
     ADVANCE_REEVALUATIONS: {"queue": FAST_QUEUE},
     START_STALE_REEVALUATION: {"queue": FAST_QUEUE},
 }
+# Every queue a worker has to consume: the routes', and the bulk lane of the LLM tasks.
+QUEUES = (LLM_QUEUE, LLM_BULK_QUEUE, FAST_QUEUE, WEBHOOK_QUEUE)
+# The `lane` label of a queue's jobs in driftless_job_wait_seconds (a bounded set).
+LANE_OF_QUEUE = {LLM_QUEUE: "live", LLM_BULK_QUEUE: "bulk", FAST_QUEUE: "fast",
+                 WEBHOOK_QUEUE: "webhooks"}  # fmt: skip
 
 # Custom message headers: when the job was handed to the broker, and when it became due
 # (that plus its countdown). The worker measures queue lag from the latter.
@@ -87,7 +114,13 @@ class TaskSender(Protocol):
     """What CeleryJobQueue needs of a Celery app."""
 
     def send_task(
-        self, name: str, *, kwargs: dict[str, Any], countdown: float | None, headers: Any
+        self,
+        name: str,
+        *,
+        kwargs: dict[str, Any],
+        countdown: float | None,
+        headers: Any,
+        **options: Any,
     ) -> Any: ...
 
 
@@ -98,12 +131,15 @@ class CeleryJobQueue:
         self._app = app
 
     def send(self, job: Job) -> None:
+        # Live jobs go where TASK_ROUTES sends their task; only the bulk lane overrides it.
+        options = {"queue": LLM_BULK_QUEUE} if job.lane == "bulk" else {}
         try:
             self._app.send_task(
                 job.task,
                 kwargs=job.kwargs,
                 countdown=job.countdown,
                 headers=job_headers(job.countdown),
+                **options,
             )
         except Exception:
             JOBS_SEND_FAILED.labels(job.task).inc()

@@ -102,7 +102,8 @@ def topics_after(
 def reevaluation_job(*, topic_id: uuid.UUID, status: str | None, campaign_id: uuid.UUID) -> Job:
     """A closed topic is re-summarized; the active one gets the full evaluation. Both skip
     work whose summary is current, so a re-run after no change costs no LLM call. A topic
-    gone meanwhile (`status` None) gets the summary job, which finds nothing and ends."""
+    gone meanwhile (`status` None) gets the summary job, which finds nothing and ends.
+    Both in the bulk lane, behind every live job."""
     task = EVALUATE_TOPIC if status == "active" else SUMMARIZE_TOPIC
     kwargs = {"topic_id": str(topic_id), "trigger": "reevaluate", "campaign_id": str(campaign_id)}
-    return Job(task, kwargs)
+    return Job(task, kwargs, lane="bulk")  # behind live work: shared/infra/queue.py

@@ -159,7 +159,8 @@ class Processes:
         # test's backlog of LLM jobs drains in a few rounds). No mingle or gossip: they
         # only slow a start down (a second of neighbour search).
         argv = [
-            str(BIN / "celery"), "-A", "worker.main", "worker", "--queues", "llm,fast,webhooks",
+            str(BIN / "celery"), "-A", "worker.main", "worker",
+            "--queues", "llm,llm_bulk,fast,webhooks",
             "--pool", pool, "--concurrency", str(concurrency), "--loglevel", "INFO",
             "--without-mingle", "--without-gossip",
         ]  # fmt: skip

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from shared.infra.config import ENVIRONMENT, ConfigError, load_settings
-from shared.infra.queue import TASK_ROUTES
+from shared.infra.queue import LLM_BULK_QUEUE, LLM_QUEUE, QUEUES, TASK_ROUTES
 from shared.llm.factory import longest_llm_call_s
 from worker.app import LLM_TASK_TIME_LIMIT_S
 from worker.context import GREENLETS_PER_CONNECTION
@@ -40,11 +40,16 @@ PROCESS_OF_COMPONENT = {
     "migrate": "release", "worker-llm": "worker", "worker-fast": "worker",
     "worker-webhooks": "worker",
 }  # fmt: skip
-# Every queue a task is routed to.
-QUEUES = {route["queue"] for route in TASK_ROUTES.values()}
+# The queues of each worker Deployment: the LLM one takes both lanes, so that it fetches
+# live and bulk jobs in turn; each other queue has its own, which scales alone.
+WORKER_QUEUES = {
+    "driftless-worker-llm": {LLM_QUEUE, LLM_BULK_QUEUE},
+    "driftless-worker-fast": {"fast"},
+    "driftless-worker-webhooks": {"webhooks"},
+}
 # Queues whose jobs wait on the network (an LLM provider, customers' webhook receivers):
 # a gevent pool, many tasks per process. The others run prefork.
-GREEN_QUEUES = {"llm", "webhooks"}
+GREEN_QUEUES = {"llm", "llm_bulk", "webhooks"}
 # What a per-queue worker may set differently from the Procfile's worker.
 PER_QUEUE_OPTIONS = ("--hostname", "--queues", "--pool", "--concurrency")
 # The redis (lists) scaler's metadata, https://keda.sh/docs/latest/scalers/redis-lists/
@@ -262,14 +267,16 @@ def test_every_procfile_process_runs_in_kubernetes_with_the_same_command() -> No
         in_kubernetes = [_expand(word, env) for word in container["command"]]
         assert _runs_as(in_kubernetes, process, env), process
     assert set(processes) == set(PROCFILE)
-    # One worker Deployment per queue.
-    assert sorted(processes) == sorted([*PROCFILE, *["worker"] * (len(QUEUES) - 1)])
+    # One worker Deployment per queue (the LLM one per lane pair).
+    assert sorted(processes) == sorted([*PROCFILE, *["worker"] * (len(WORKER_QUEUES) - 1)])
 
 
 def test_the_procfile_worker_consumes_every_queue() -> None:
     # CONTRACT.md: the one `worker` process runs every job; a queue it does not name
     # would fill up with nobody to take it (driftless up and the fault suite run it too).
-    assert _queues(PROCFILE["worker"]) == QUEUES
+    assert _queues(PROCFILE["worker"]) == set(QUEUES)
+    # QUEUES: every queue a task is routed to, and the LLM tasks' bulk lane.
+    assert set(QUEUES) == {route["queue"] for route in TASK_ROUTES.values()} | {LLM_BULK_QUEUE}
 
 
 def test_the_migration_job_runs_db_upgrade() -> None:
@@ -303,14 +310,12 @@ def test_each_queue_has_exactly_one_worker_deployment_and_every_route_a_consumer
     for deployment in _of_kind("Deployment"):
         command = _containers(deployment)[0]["command"]
         if _is_worker(command):
-            (queue,) = _queues(command)  # one queue per Deployment, so each scales alone
-            consumers.setdefault(queue, []).append(deployment["metadata"]["name"])
-    assert consumers == {
-        "llm": ["driftless-worker-llm"],
-        "fast": ["driftless-worker-fast"],
-        "webhooks": ["driftless-worker-webhooks"],
-    }
-    assert set(consumers) == QUEUES
+            name = deployment["metadata"]["name"]
+            assert _queues(command) == WORKER_QUEUES[name], name
+            for queue in _queues(command):
+                consumers.setdefault(queue, []).append(name)
+    assert all(len(names) == 1 for names in consumers.values()), consumers
+    assert set(consumers) == set(QUEUES)
 
 
 def test_pools_fit_the_work_and_the_connection_pool_fits_the_pool() -> None:
@@ -338,14 +343,16 @@ def test_each_scaled_object_watches_the_queue_its_deployment_consumes() -> None:
         target = scaled["spec"]["scaleTargetRef"]
         assert target.get("kind", "Deployment") == "Deployment"
         command = _containers(deployments[target["name"]])[0]["command"]
-        (trigger,) = scaled["spec"]["triggers"]
-        assert {trigger["metadata"]["listName"]} == _queues(command)
-        # Celery's Redis transport: the queue is a list in the broker's database.
-        assert trigger["metadata"]["address"] == f"{broker.hostname}:{broker.port}"
-        assert trigger["metadata"]["databaseIndex"] == broker.path.lstrip("/")
-        auth = _named("TriggerAuthentication", trigger["authenticationRef"]["name"])
-        for ref in auth["spec"]["secretTargetRef"]:
-            assert ref["name"] == "driftless-secrets" and ref["key"] in _example_secret()
+        triggers = scaled["spec"]["triggers"]
+        # One trigger per queue the Deployment consumes (the LLM one: both lanes).
+        assert sorted(t["metadata"]["listName"] for t in triggers) == sorted(_queues(command))
+        for trigger in triggers:
+            # Celery's Redis transport: the queue is a list in the broker's database.
+            assert trigger["metadata"]["address"] == f"{broker.hostname}:{broker.port}"
+            assert trigger["metadata"]["databaseIndex"] == broker.path.lstrip("/")
+            auth = _named("TriggerAuthentication", trigger["authenticationRef"]["name"])
+            for ref in auth["spec"]["secretTargetRef"]:
+                assert ref["name"] == "driftless-secrets" and ref["key"] in _example_secret()
         assert 1 <= scaled["spec"]["minReplicaCount"] <= scaled["spec"]["maxReplicaCount"]
 
 

@@ -24,11 +24,10 @@ from celery import Celery
 from shared.infra.broker import sender_settings
 from shared.infra.db.migrate import upgrade
 from shared.infra.queue import (
-    FAST_QUEUE,
     LLM_QUEUE,
+    QUEUES,
     RECONCILE,
     SUMMARIZE_TOPIC,
-    WEBHOOK_QUEUE,
     CeleryJobQueue,
     Job,
 )
@@ -127,6 +126,8 @@ def test_every_metric_the_dashboard_and_the_alerts_name_is_exported(system: Syst
     worker = wait_for(summarized, timeout=60, what="the recovered summary")
     assert value(worker, "driftless_reconcile_recovered_total", kind="summaries") == 1
     assert value(worker, "driftless_fallbacks_total", call="summarize", reason="unusable_answer")
+    # The recovered summary waited in the live lane (driftless_job_wait_seconds{lane}).
+    assert value(worker, "driftless_job_wait_seconds_count", lane="live") == 1
     # Known tasks start at 0, so an alert on increase() sees their first failure.
     assert value(worker, "driftless_jobs_failed_total", task=SUMMARIZE_TOPIC) == 0
 
@@ -144,7 +145,7 @@ def test_every_metric_the_dashboard_and_the_alerts_name_is_exported(system: Syst
     worker = wait_for(fired, timeout=30, what="the debounce fire job")
     web = scrape(system.web_port)
     assert value(web, "driftless_memory_changes_total", change="promoted", actor="user") == 1
-    for queue in (LLM_QUEUE, FAST_QUEUE, WEBHOOK_QUEUE):  # every queue the worker consumes
+    for queue in QUEUES:  # every queue the worker consumes
         assert value(worker, "driftless_queue_depth", queue=queue) is not None
 
     exported = {name for name, _ in web} | {name for name, _ in worker}

@@ -8,11 +8,13 @@ import redis
 from shared.infra.config import Settings
 from shared.infra.queue import (
     FAST_QUEUE,
+    LLM_BULK_QUEUE,
     LLM_QUEUE,
     RECONCILE,
     SUMMARIZE_TOPIC,
     CeleryJobQueue,
     Job,
+    Lane,
 )
 from tests import services
 from worker.app import make_celery
@@ -22,20 +24,24 @@ ROUTING_REDIS_DB = services.DATA_REDIS_DB - 2
 
 
 @pytest.mark.parametrize(
-    ("task", "queue", "other"),
-    [(SUMMARIZE_TOPIC, LLM_QUEUE, FAST_QUEUE), (RECONCILE, FAST_QUEUE, LLM_QUEUE)],
+    ("task", "lane", "queue", "others"),
+    [
+        (SUMMARIZE_TOPIC, "live", LLM_QUEUE, (FAST_QUEUE, LLM_BULK_QUEUE)),
+        (SUMMARIZE_TOPIC, "bulk", LLM_BULK_QUEUE, (FAST_QUEUE, LLM_QUEUE)),
+        (RECONCILE, "live", FAST_QUEUE, (LLM_QUEUE, LLM_BULK_QUEUE)),
+    ],
 )
 def test_a_job_lands_once_in_its_own_queue(
-    settings: Settings, task: str, queue: str, other: str
+    settings: Settings, task: str, lane: Lane, queue: str, others: tuple[str, ...]
 ) -> None:
     broker = f"{services.redis_base_url()}/{ROUTING_REDIS_DB}"
     client = redis.Redis.from_url(broker)
     client.flushdb()
     app = make_celery(settings.model_copy(update={"broker_url": broker}))
     with app.connection_for_write() as connection:
-        for declared in app.amqp.queues.values():  # as a worker consuming both would
+        for declared in app.amqp.queues.values():  # as a worker consuming all would
             declared.bind(connection).declare()
-    CeleryJobQueue(app).send(Job(task, {}))
+    CeleryJobQueue(app).send(Job(task, {}, lane=lane))
     assert client.llen(queue) == 1
-    assert client.llen(other) == 0
+    assert [client.llen(other) for other in others] == [0, 0]
     client.flushdb()

@@ -57,13 +57,13 @@ class System:
         return app
 
     @contextmanager
-    def worker(self) -> Iterator[Celery]:
+    def worker(self, *, concurrency: int = 4) -> Iterator[Celery]:
         """A worker of its own (its app, its engine), until the block ends."""
         from worker.context import context_of
 
         app = self.celery_app()
         try:
-            with worker_thread(app):
+            with worker_thread(app, concurrency=concurrency):
                 yield app
         finally:
             context_of(app).engine.dispose()
