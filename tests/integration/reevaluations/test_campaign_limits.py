@@ -174,7 +174,8 @@ def test_a_cancelled_campaigns_lost_job_releases_its_topic_after_the_timeouts(
     late = created + 2 * ITEM_TIMEOUT + dt.timedelta(seconds=3)
     released = advance_campaigns(new_uow=lambda: UnitOfWork(session_factory, queue), now=late)
 
-    assert released == Tick(given_up=1)
+    # The tick runs every campaign in the database: other tests' may move too.
+    assert released.given_up >= 1
     assert campaign(client, auth, first["id"])["failed"] == 1
     third = start(client, auth, {"rate": 100})
     assert tick(third["id"], 3) == Tick(enqueued=1)  # the topic is free again
