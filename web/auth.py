@@ -7,7 +7,6 @@ import uuid
 
 from flask import Flask, Response, g, request
 
-from shared.orgs.ratelimit import RateLimited
 from web.errors import error_response
 from web.runtime import runtime
 
@@ -32,10 +31,5 @@ def install_auth(app: Flask) -> None:
         if caller is None:
             return error_response(401, "unauthorized", "unknown or revoked API key")
         g.org_id = caller.org_id
-        try:
-            rt.request_limiter.admit(caller)
-        except RateLimited as exc:
-            response, status = error_response(429, exc.code, exc.message)
-            response.headers["Retry-After"] = str(exc.retry_after_s)
-            return response, status
+        rt.request_limiter.admit(caller)  # RateLimited: 429 with Retry-After (web/errors.py)
         return None

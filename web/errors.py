@@ -69,10 +69,16 @@ def validation_error_response(exc: ValidationError) -> Response:
     return response
 
 
+def _status_of(exc: DomainError) -> int:
+    """The status of the error's class or of the nearest class above it that has one (a
+    `RateLimited` is a `TooBusy`: 429)."""
+    return next((STATUS_OF[cls] for cls in type(exc).__mro__ if cls in STATUS_OF), 400)
+
+
 def install_error_handlers(app: Flask) -> None:
     @app.errorhandler(DomainError)
     def _domain(exc: DomainError) -> tuple[Response, int]:
-        response, status = error_response(STATUS_OF.get(type(exc), 400), exc.code, exc.message)
+        response, status = error_response(_status_of(exc), exc.code, exc.message)
         if isinstance(exc, TooBusy):
             response.headers["Retry-After"] = str(exc.retry_after_s)
         return response, status

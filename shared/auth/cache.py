@@ -18,36 +18,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from cachetools import TTLCache
-from sqlalchemy import select
 
-from shared.auth.models import ApiKey, Org
-from shared.auth.service import hash_key
+from shared.auth.service import Caller, caller_for_key, hash_key
 from shared.infra.db.uow import UnitOfWork
 
 # Distinct keys one process remembers; beyond it the oldest are looked up again.
 MAX_KEYS = 10_000
-
-
-@dataclass(frozen=True)
-class Caller:
-    """A live key's org and the org's request limit overrides (None: the fleet's default)."""
-
-    org_id: uuid.UUID
-    requests_per_s: float | None = None
-    request_burst: int | None = None
-
-
-def caller_for_key(*, uow: UnitOfWork, key: str) -> Caller | None:
-    """The org of a live key with its limits, or None for an unknown or revoked key."""
-    row = uow.session.execute(
-        select(ApiKey.org_id, Org.requests_per_s, Org.request_burst)
-        .join(Org, Org.id == ApiKey.org_id)
-        .where(ApiKey.key_hash == hash_key(key), ApiKey.revoked_at.is_(None))
-    ).first()
-    return None if row is None else Caller(*row)
 
 
 class KeyCache:

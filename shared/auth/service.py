@@ -96,3 +96,22 @@ def revoke_key(*, uow: UnitOfWork, prefix: str) -> KeyInfo:
         key.revoked_at = uow.session.scalar(select(func.now()))
         uow.session.flush()
     return _info(key, org_name)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """A live key's org and the org's request limit overrides (None: the fleet's default)."""
+
+    org_id: uuid.UUID
+    requests_per_s: float | None = None
+    request_burst: int | None = None
+
+
+def caller_for_key(*, uow: UnitOfWork, key: str) -> Caller | None:
+    """The org of a live key with its limits, or None for an unknown or revoked key."""
+    row = uow.session.execute(
+        select(ApiKey.org_id, Org.requests_per_s, Org.request_burst)
+        .join(Org, Org.id == ApiKey.org_id)
+        .where(ApiKey.key_hash == hash_key(key), ApiKey.revoked_at.is_(None))
+    ).first()
+    return None if row is None else Caller(*row)

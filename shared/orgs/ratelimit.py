@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import redis
 
-from shared.auth.cache import Caller
+from shared.auth.service import Caller
 from shared.domain.errors import TooBusy
 from shared.infra.metrics import LIMIT_HITS
 

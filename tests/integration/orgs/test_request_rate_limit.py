@@ -18,9 +18,8 @@ from redis.retry import Retry
 from sqlalchemy import Connection, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.auth.cache import Caller
 from shared.auth.models import Org
-from shared.auth.service import create_api_key
+from shared.auth.service import Caller, create_api_key
 from shared.infra.bootstrap import Runtime
 from shared.infra.config import Settings
 from shared.infra.db.uow import UnitOfWork
