@@ -20,7 +20,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -67,6 +67,8 @@ class BenchEnv:
     redis: redis.Redis
     org_key: str
     broker_url: str
+    # Added to every web and worker subprocess's environment (e.g. the embeddings' settings).
+    environment: dict[str, str] = field(default_factory=dict)
 
     def uow(self) -> UnitOfWork:
         return UnitOfWork(self.session_factory, RecordingQueue())
@@ -96,6 +98,7 @@ class BenchEnv:
             "DRIFTLESS_WORKER_METRICS_PORT": "0",  # no port clash with other runs
             "LOG_FORMAT": "text",
             "LOG_LEVEL": "WARNING",
+            **self.environment,
             **extra,
         }
 

@@ -33,8 +33,21 @@ previous run ingested (same files and flags) and skips the ingest. The scoring v
 that chose the shipped ranking (shared/search/ranking.py) are in this file's history
 (commit f42e881) and their results in docs/benchmarks.md.
 
+`--embeddings-url URL` ([3.3]) measures hybrid search: the bench database is on an
+embedded PostgreSQL with pgvector (shared/infra/embedded.py, in a temporary directory,
+stopped at the end; migrated, so the vector tables are there), unless
+`--admin-database-url` names a server that has it. Web, worker and the Procfile's beat
+(its schedule file in a temporary directory) run with `DRIFTLESS_EMBEDDINGS=openai` on
+URL and `--embeddings-model`, so beat's sweep embeds the turns and summaries as they come
+(shared/embeddings/sweep.py). Questions are asked once every user and assistant message
+and every summarized topic has a vector; the report tallies the answers' `mode` (each
+should be hybrid) and says why any was lexical. Serve all-MiniLM-L6-v2 with
+bench/embeddings_server.py (`OMP_NUM_THREADS=1` on a busy machine: the query's vector has
+a 0.3 s deadline, shared/embeddings/query.py).
+
     .venv/bin/python -m bench.recall_quality FILE... [--limit-conversations N]
         [--speaker-names] [--batch 2] [--reference] [--reuse]
+        [--embeddings-url URL [--embeddings-model all-MiniLM-L6-v2]]
 
 The last line is machine-readable: `recall@5=… recall@10=… questions=N` (the API's).
 """
@@ -46,6 +59,7 @@ import json
 import math
 import re
 import shlex
+import tempfile
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -69,11 +83,15 @@ from bench.common import (
     subprocess_running,
     wait_until,
 )
+from bench.embeddings_server import DEFAULT_MODEL
 from bench.http_throughput import PROCFILE, web_server
 from bench.worker_pool import worker_answers
 from driftless_client import Client
+from shared.embeddings.backfill import missing
+from shared.embeddings.store import vectors_available
 from shared.infra.config import Settings
 from shared.llm.text import STOPWORDS
+from tests.vectors import pgvector_server
 from worker.app import make_celery
 
 K = (5, 10)
@@ -152,13 +170,25 @@ class Ingested:
     dia_of: dict[int, str]  # message id -> dia_id
 
 
+def procfile_command(kind: str) -> list[str]:
+    """The Procfile's line of `kind` (worker, beat), its program from this venv."""
+    found = re.search(rf"^{kind}:\s*(.+)$", PROCFILE.read_text(), re.MULTILINE)
+    if found is None:
+        raise SystemExit(f"{PROCFILE} has no {kind}: line")
+    words = shlex.split(found.group(1))
+    return [str(BIN / words[0]), *words[1:]]
+
+
 def worker_command(name: str) -> list[str]:
     """The Procfile's worker line, with a name of its own."""
-    found = re.search(r"^worker:\s*(.+)$", PROCFILE.read_text(), re.MULTILINE)
-    if found is None:
-        raise SystemExit(f"{PROCFILE} has no worker: line")
-    words = shlex.split(found.group(1))
-    return [str(BIN / words[0]), *words[1:], "--hostname", name]
+    return [*procfile_command("worker"), "--hostname", name]
+
+
+def beat_command(schedule: Path) -> list[str]:
+    """The Procfile's beat line, its schedule file at `schedule` (/tmp's is other runs')."""
+    words = procfile_command("beat")
+    at = words.index("--schedule")
+    return [*words[: at + 1], str(schedule), *words[at + 2 :]]
 
 
 class Finished:
@@ -239,6 +269,19 @@ def ingest(
     return ingested
 
 
+def wait_for_vectors(env: BenchEnv, model: str, worker: Subprocess) -> float:
+    """Wait until every user and assistant message and every summarized topic has a
+    vector of `model` (beat's sweep, every 2 s); the seconds it took."""
+    began = time.perf_counter()
+
+    def done() -> bool:
+        with env.uow() as uow:
+            return missing(uow=uow, model=model) == 0
+
+    wait_until(done, timeout_s=900, what="the vectors", process=worker)
+    return time.perf_counter() - began
+
+
 def user_of(index: int, conversation: Conversation) -> str:
     return f"{index}:{conversation.speaker_a}"
 
@@ -293,7 +336,9 @@ class Score:
         return sum(len(rows) for rows in self.recalls.values())
 
 
-def ask_api(http: httpx.Client, ingested: Sequence[Ingested], latencies_ms: list[float]) -> Score:
+def ask_api(
+    http: httpx.Client, ingested: Sequence[Ingested], latencies_ms: list[float], modes: Counter[str]
+) -> Score:
     score = Score.empty()
     for item in ingested:
         for question in item.conversation.questions:
@@ -304,6 +349,7 @@ def ask_api(http: httpx.Client, ingested: Sequence[Ingested], latencies_ms: list
             )
             latencies_ms.append((time.perf_counter() - began) * 1000)
             answer.raise_for_status()
+            modes[answer.json()["mode"]] += 1
             ids = [hit["messageId"] for hit in answer.json()["results"]]
             score.add(question, [item.dia_of[i] for i in ids])
     return score
@@ -359,17 +405,48 @@ def main() -> None:
         "--reuse", action="store_true",
         help="ask again over what the previous run (same files and flags) ingested",
     )  # fmt: skip
+    parser.add_argument(
+        "--embeddings-url", default=None,
+        help="hybrid search: an OpenAI-compatible embeddings server (…/v1); the database on an"
+        " embedded PostgreSQL with pgvector unless --admin-database-url names one",
+    )  # fmt: skip
+    parser.add_argument("--embeddings-model", default=DEFAULT_MODEL, help="with --embeddings-url")
     args = parser.parse_args()
+    if args.embeddings_url and args.reuse:
+        parser.error("--reuse cannot go with --embeddings-url: the embedded server is gone")
     conversations = load(args.files)[: args.limit_conversations]
     host = machine()
-    env = (reused_bench_env if args.reuse else bench_env)(args.admin_database_url)
+    with contextlib.ExitStack() as servers:
+        admin_url = args.admin_database_url
+        if args.embeddings_url and admin_url is None:
+            admin_url = servers.enter_context(pgvector_server())
+        env = (reused_bench_env if args.reuse else bench_env)(admin_url)
+        servers.callback(env.engine.dispose)
+        if args.embeddings_url:
+            env.environment.update(embeddings_environment(env, args))
+        run(env, conversations, args, host=host)
+
+
+def embeddings_environment(env: BenchEnv, args: Any) -> dict[str, str]:
+    """Web's and worker's settings for hybrid search; the vector tables must be there."""
+    with env.uow() as uow:
+        if not vectors_available(uow):
+            raise SystemExit("--embeddings-url: the database server has no pgvector")
+    return {
+        "DRIFTLESS_EMBEDDINGS": "openai",
+        "DRIFTLESS_EMBEDDINGS_BASE_URL": args.embeddings_url,
+        "DRIFTLESS_EMBEDDINGS_MODEL": args.embeddings_model,
+    }
+
+
+def run(env: BenchEnv, conversations: list[Conversation], args: Any, *, host: str) -> None:
     app = make_celery(
         Settings(database_url=env.database_url, redis_url=env.redis_url, broker_url=env.broker_url)
     )
     name = f"bench-recall-{uuid.uuid4().hex[:6]}@localhost"
-    began = time.perf_counter()
+    began, vectors_s = time.perf_counter(), 0.0
     with contextlib.ExitStack() as running:
-        port, _ = running.enter_context(web_server(env, "procfile"))
+        port, web = running.enter_context(web_server(env, "procfile"))
         http = running.enter_context(
             httpx.Client(
                 base_url=f"http://127.0.0.1:{port}", timeout=60,
@@ -382,15 +459,24 @@ def main() -> None:
             command, environment = worker_command(name), env.process_environment(LOG_LEVEL="INFO")
             worker = running.enter_context(subprocess_running(command, environment))
             wait_until(lambda: worker_answers(app, name), timeout_s=60, what=name, process=worker)
+            if args.embeddings_url:  # beat's sweep embeds as the turns come in
+                schedule = Path(running.enter_context(tempfile.TemporaryDirectory())) / "beat"
+                running.enter_context(subprocess_running(beat_command(schedule), environment))
             client = Client(f"http://127.0.0.1:{port}", env.org_key, http_client=http)
             items = ingest(
                 env, client, conversations, batch=args.batch, names=args.speaker_names,
                 worker=worker,
             )  # fmt: skip
         ingest_s = time.perf_counter() - began
+        if args.embeddings_url:
+            vectors_s = wait_for_vectors(env, args.embeddings_model, worker)
         latencies: list[float] = []
-        api = ask_api(http, items, latencies)
+        modes: Counter[str] = Counter()
+        api = ask_api(http, items, latencies, modes)
+        web_log = web.log.read_text(errors="replace")  # its file goes when the web stops
     print_report(env, items, api, latencies, args, host=host, ingest_s=ingest_s)
+    if args.embeddings_url:
+        print_vectors(env, args.embeddings_model, modes, vectors_s=vectors_s, web_log=web_log)
     if args.reference:
         print_reference(items, names=args.speaker_names)
     print(f"recall@5={api.at(5):.3f} recall@10={api.at(10):.3f} questions={api.questions}")
@@ -422,6 +508,28 @@ def print_report(
             f" {api.at(10, category):>10.3f}"
         )
     print(f"  search latency, as the client saw it: {describe(latencies)}")
+
+
+def print_vectors(
+    env: BenchEnv, model: str, modes: Counter[str], *, vectors_s: float, web_log: str
+) -> None:
+    """What the sweep embedded, and how each answer was found (hybrid, or lexical: why)."""
+    messages = count(env, "SELECT count(*) FROM messages WHERE role <> 'tool'")
+    vectors = count(env, "SELECT count(*) FROM message_vectors")
+    topics = count(env, "SELECT count(*) FROM topics WHERE summary IS NOT NULL")
+    topic_vectors = count(env, "SELECT count(*) FROM topic_vectors")
+    print(
+        f"  vectors by {model}: {vectors} of {messages} messages, {topic_vectors} of {topics}"
+        f" summarized topics, all in {vectors_s:.0f} s after the summaries (beat's sweep)"
+    )
+    print(f"  answers by mode: {', '.join(f'{n} {mode}' for mode, n in modes.most_common())}")
+    if modes["lexical"]:
+        said = [line for line in web_log.splitlines() if "embedding" in line]
+        print(
+            f"  {modes['lexical']} lexical: the web had no query vector (the server past the"
+            f" deadline of shared/embeddings/query.py, or failing); the web's log:"
+            f" {' | '.join(said[-3:]) or 'nothing'}"
+        )
 
 
 def print_reference(items: list[Ingested], *, names: bool) -> None:

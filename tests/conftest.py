@@ -12,7 +12,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.auth.service import create_api_key
+from shared.auth.service import create_api_key, org_for_key
 from shared.infra.config import Settings
 from shared.infra.db.engine import make_engine, make_session_factory
 from shared.infra.db.migrate import upgrade
@@ -121,6 +121,13 @@ def api_key(session_factory: sessionmaker[Session]) -> str:
 @pytest.fixture
 def auth(api_key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"}
+
+
+@pytest.fixture
+def org(session_factory: sessionmaker[Session], api_key: str) -> str:
+    """The id of `auth`'s org, as a model job carries it (shared/infra/fair.py)."""
+    with UnitOfWork(session_factory, RecordingQueue()) as uow:
+        return str(org_for_key(uow=uow, key=api_key))
 
 
 @pytest.fixture

@@ -6,6 +6,11 @@ and GET /v1/models. Answers are scripted (`answer`, `answer_json`, `fail`, `slow
 logged, so a test can check what the provider sent; `in_flight` counts the calls being
 answered right now (a fault test kills a worker while one is).
 
+POST /v1/embeddings answers tests/embedding_standin.py's vector of each input (64 long,
+or the request's `dimensions`), so texts that share words are close. Its requests are
+logged apart (`embedding_requests`) and scripted apart (`embeddings_fail`,
+`embeddings_slow`, `embeddings_answer_with`): chat completions never see them.
+
 `python -m tests.llm_server --port 8099` serves it on its own, for the README's agent
 loop without an OpenAI key: each answer says what reached the model.
 """
@@ -13,8 +18,10 @@ loop without an OpenAI key: each answer says what reached the model.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import json
+import struct
 import sys
 import threading
 import time
@@ -24,6 +31,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
+
+from tests.embedding_standin import DIMENSIONS, embedding
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,9 @@ class FakeOpenAI:
         self._calls = 0
         self._in_flight = 0
         self._responder: Callable[[dict[str, Any]], Reply | str] | None = None
+        self._embedding_requests: list[dict[str, Any]] = []
+        self._embeddings_reply = Reply(content=None)
+        self._embeddings_responder: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self._stopping = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -140,6 +152,22 @@ class FakeOpenAI:
         with self._lock:
             self._queue.extend(r if isinstance(r, Reply) else Reply(content=r) for r in responses)
 
+    def embeddings_fail(self, status: int = 500) -> None:
+        """Every embeddings call answers HTTP `status`."""
+        with self._lock:
+            self._embeddings_reply = Reply(content=None, status=status)
+
+    def embeddings_slow(self, seconds: float) -> None:
+        """Every embeddings call waits `seconds` before answering its vectors."""
+        with self._lock:
+            self._embeddings_reply = Reply(content=None, delay_s=seconds)
+
+    def embeddings_answer_with(self, responder: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        """Every embeddings call answers the JSON `responder` makes of its request body."""
+        with self._lock:
+            self._embeddings_reply = Reply(content=None)
+            self._embeddings_responder = responder
+
     def _set_default(self, reply: Reply) -> None:
         with self._lock:
             self._default = reply
@@ -155,6 +183,11 @@ class FakeOpenAI:
         The live list (appended under a lock), so `fake.requests.clear()` resets it.
         """
         return self._requests
+
+    @property
+    def embedding_requests(self) -> list[dict[str, Any]]:
+        """The JSON bodies of the embeddings calls so far, oldest first (the live list)."""
+        return self._embedding_requests
 
     @property
     def calls(self) -> int:
@@ -187,6 +220,16 @@ class FakeOpenAI:
             self._queue.clear()
             self._default = Reply()
             self._responder = None
+            self._embedding_requests.clear()
+            self._embeddings_reply = Reply(content=None)
+            self._embeddings_responder = None
+
+    def _next_embeddings(
+        self, body: dict[str, Any]
+    ) -> tuple[Reply, Callable[[dict[str, Any]], dict[str, Any]] | None]:
+        with self._lock:
+            self._embedding_requests.append(body)
+            return self._embeddings_reply, self._embeddings_responder
 
     def _next(self, body: dict[str, Any]) -> tuple[Reply, int]:
         with self._lock:
@@ -237,6 +280,35 @@ def _completion(reply: Reply, body: dict[str, Any], number: int) -> dict[str, An
     return answer
 
 
+def _embeddings(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """The stand-in's vectors of the request's inputs, or a 400 as OpenAI's for a bad one."""
+    texts = body.get("input")
+    texts = [texts] if isinstance(texts, str) else texts
+    dimensions = body.get("dimensions") or DIMENSIONS
+    if (
+        not isinstance(texts, list)
+        or not texts
+        or not all(isinstance(t, str) and t for t in texts)
+        or not isinstance(dimensions, int)
+        or dimensions < 1
+    ):
+        return 400, _error(400)
+    data = []
+    for index, text in enumerate(texts):
+        vector: Any = embedding(text, dimensions)
+        if body.get("encoding_format") == "base64":  # the openai client's default
+            vector = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+        data.append({"object": "embedding", "index": index, "embedding": vector})
+    tokens = sum(len(text.split()) for text in texts)
+    answer = {
+        "object": "list",
+        "data": data,
+        "model": str(body.get("model") or "fake-embeddings"),
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+    return 200, answer
+
+
 def _error(status: int) -> dict[str, Any]:
     kind = "server_error" if status >= 500 else "invalid_request_error"
     message = f"scripted failure (HTTP {status})"
@@ -262,7 +334,8 @@ def _handler_for(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
-            if self.path.rstrip("/") != "/v1/chat/completions":
+            path = self.path.rstrip("/")
+            if path not in ("/v1/chat/completions", "/v1/embeddings"):
                 self._send(404, _error(404))
                 return
             try:
@@ -270,11 +343,25 @@ def _handler_for(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 self._send(400, _error(400))
                 return
+            if path == "/v1/embeddings":
+                self._embed(body if isinstance(body, dict) else {})
+                return
             fake._enter(1)
             try:
                 self._answer(body if isinstance(body, dict) else {})
             finally:
                 fake._enter(-1)
+
+        def _embed(self, body: dict[str, Any]) -> None:
+            reply, responder = fake._next_embeddings(body)
+            if reply.delay_s:
+                fake._wait(reply.delay_s)
+            if reply.status != 200:
+                self._send(reply.status, _error(reply.status))
+            elif responder is not None:
+                self._send(200, responder(body))
+            else:
+                self._send(*_embeddings(body))
 
         def _answer(self, body: dict[str, Any]) -> None:
             reply, number = fake._next(body)

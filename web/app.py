@@ -29,9 +29,13 @@ from web.views import (
     context,
     curation,
     erasure,
+    export,
     health,
+    importing,
+    limits,
     live,
     memory,
+    providers,
     reevaluations,
     search,
     sessions,
@@ -135,9 +139,13 @@ def create_app(
         live.bp,
         erasure.bp,
         usage.bp,
+        providers.bp,
+        limits.bp,
         reevaluations.bp,
         webhooks.bp,
         search.bp,
+        importing.bp,
+        export.bp,
     )
     for blueprint in blueprints:
         app.register_api(blueprint)

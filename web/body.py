@@ -17,6 +17,9 @@ from web.errors import error_response
 from web.runtime import runtime
 
 WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+# Bodies their view reads as a stream, a line at a time (NDJSON, of any size up to the
+# view's own bound): never read whole here, nor held to MAX_CONTENT_LENGTH.
+STREAMED_BODIES = {"/agents-api/import"}
 _UNCHECKED = object()
 
 
@@ -36,7 +39,7 @@ def install_body_checks(app: Flask) -> None:
 
     @app.before_request
     def _reject_malformed_json() -> tuple[Response, int] | None:
-        if request.method not in WRITE_METHODS:
+        if request.method not in WRITE_METHODS or request.path in STREAMED_BODIES:
             return None
         raw = request.get_data(cache=True)  # raises 413 past MAX_CONTENT_LENGTH
         if not raw.strip():

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from celery import Celery
 
+from shared.infra.bootstrap import Runtime
 from shared.infra.broker import sender_settings
 from shared.infra.queue import CeleryJobQueue, JobQueue
-from shared.infra.runtime import Endpoints
 
 
-def make_job_queue(endpoints: Endpoints) -> JobQueue:
+def make_job_queue(runtime: Runtime) -> JobQueue:
+    """Model jobs wait their org's turn in the runtime's Redis (shared/infra/fair.py)."""
     producer = Celery("driftless-web", set_as_current=False)
-    producer.conf.update(sender_settings(endpoints))
-    return CeleryJobQueue(producer)
+    producer.conf.update(sender_settings(runtime.endpoints))
+    return CeleryJobQueue(producer, runtime.fair)

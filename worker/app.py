@@ -7,6 +7,7 @@ from typing import Any
 from celery import Celery
 from celery.schedules import crontab
 
+from shared.embeddings.sweep import EMBED_TICK_S
 from shared.infra.broker import sender_settings
 from shared.infra.config import Settings
 from shared.infra.crontab import parse_crontab
@@ -14,6 +15,7 @@ from shared.infra.queue import (
     ADVANCE_REEVALUATIONS,
     DELIVER_WEBHOOK,
     DISPATCH_WEBHOOKS,
+    EMBED_PENDING,
     PURGE_IDLE_SESSIONS,
     RECONCILE,
     START_STALE_REEVALUATION,
@@ -49,6 +51,13 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         schedule["reevaluate-stale"] = {
             "task": START_STALE_REEVALUATION,
             "schedule": crontab(**fields._asdict()),
+        }
+    if settings.embeddings != "none":
+        schedule["embed-pending"] = {
+            "task": EMBED_PENDING,
+            "schedule": EMBED_TICK_S,
+            # A sweep that waited this long is dropped: the next one reads the same cursors.
+            "options": {"expires": 10 * EMBED_TICK_S},
         }
     if settings.retention_s > 0:  # 0 keeps every session forever
         schedule["retention"] = {

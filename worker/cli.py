@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import sys
 import time
 import uuid
@@ -20,8 +21,9 @@ from shared.infra.bootstrap import Runtime
 from shared.infra.config import load_settings_or_exit
 from shared.infra.db import migrate
 from shared.infra.logs import configure_logging
+from shared.infra.queue import CeleryJobQueue
 from shared.infra.runtime import database_url_of
-from shared.orgs.service import DEFAULT, OrgLimits, set_request_limits
+from shared.orgs.service import DEFAULT, OrgLimits, set_limits
 
 
 @contextmanager
@@ -71,8 +73,13 @@ def db() -> None:
 @db.command("upgrade")
 def db_upgrade() -> None:
     """Migrate the database to the newest schema."""
-    migrate.upgrade(_database_url())
-    click.echo("database is at head")
+    from shared.embeddings.schema import ensure_vector_schema_at
+
+    url = _database_url()
+    migrate.upgrade(url)
+    # Again at every upgrade: a server that gained pgvector since 0018 ran gets its tables.
+    vectors = ensure_vector_schema_at(url)
+    click.echo("database is at head" + ("" if vectors else " (no pgvector: embeddings off)"))
 
 
 @db.command("check")
@@ -148,13 +155,20 @@ class _LimitOrDefault(click.ParamType):
 
 
 def _limit(value: float | int | None, setting: str) -> str:
-    return f"the default ({setting})" if value is None else f"{value:g}"
+    if value is None:
+        return f"the default ({setting})"
+    return f"{value:g}" if isinstance(value, float) else str(value)  # 5000000, not 5e+06
 
 
 def _show_limits(limits: OrgLimits) -> str:
     per_s = _limit(limits.requests_per_s, "DRIFTLESS_ORG_REQUESTS_PER_S")
     burst = _limit(limits.request_burst, "DRIFTLESS_ORG_REQUEST_BURST")
-    return f"org {limits.name!r}: requests a second {per_s}, request burst {burst}"
+    rpm = _limit(limits.llm_rpm, "DRIFTLESS_ORG_LLM_RPM")
+    tokens = _limit(limits.monthly_tokens, "DRIFTLESS_ORG_MONTHLY_TOKENS")
+    return (
+        f"org {limits.name!r}: requests a second {per_s}, request burst {burst},"
+        f" LLM calls a minute {rpm}, monthly tokens {tokens}"
+    )
 
 
 @orgs.command("set")
@@ -169,13 +183,29 @@ def _show_limits(limits: OrgLimits) -> str:
     type=_LimitOrDefault(int),
     help="Requests the org may make at once after a pause (1 or more; 'default': the fleet's).",
 )
-def orgs_set(org: str, requests_per_s: float | str | None, request_burst: int | str | None) -> None:
-    """Give ORG its own request rate limit; every web process applies it within
-    DRIFTLESS_AUTH_CACHE_S (its keys' cache)."""
+@click.option(
+    "--llm-rpm",
+    type=_LimitOrDefault(int),
+    help="Model calls a minute the org's work may make; more wait (0: no limit; 'default').",
+)
+@click.option(
+    "--monthly-tokens",
+    type=_LimitOrDefault(int),
+    help="Model tokens a calendar month (UTC); past them fallback summaries, no drift"
+    " (0: no limit; 'default').",
+)
+def orgs_set(
+    org: str, requests_per_s: float | str | None, request_burst: int | str | None,
+    llm_rpm: int | str | None, monthly_tokens: int | str | None,
+) -> None:  # fmt: skip
+    """Give ORG its own limits: its request rate, applied by every web process within
+    DRIFTLESS_AUTH_CACHE_S (its keys' cache), and its LLM budget, by every worker within
+    10 seconds."""
     with command_runtime() as rt, rt.unit_of_work() as uow:
-        limits = set_request_limits(
-            uow=uow, org_name=org, requests_per_s=requests_per_s, request_burst=request_burst
-        )
+        limits = set_limits(
+            uow=uow, org_name=org, requests_per_s=requests_per_s, request_burst=request_burst,
+            llm_rpm=llm_rpm, monthly_tokens=monthly_tokens,
+        )  # fmt: skip
         uow.commit()
     click.echo(_show_limits(limits))
 
@@ -311,3 +341,129 @@ def erase(org: str, agent_id: str, user_id: str, yes: bool) -> None:
             scope=Scope(org_id=org_id, agent_id=agent_id, user_id=user_id),
         )
     click.echo(json.dumps(erased.counts, sort_keys=True))
+
+
+@main.command()
+@click.option("--org", required=True, help="The org's name.")
+@click.option("--agent", "agent_id", help="Only this agent id.")
+@click.option("--user", "user_id", help="Only this user id.")
+@click.option("-o", "--output", type=click.File("w", encoding="utf-8"), required=True)
+def export(org: str, agent_id: str | None, user_id: str | None, output: Any) -> None:
+    """Write ORG's memory (or an agent's, a user's) to OUTPUT in the export format."""
+    from shared.portability.export import ExportScope, count_messages, open_export
+
+    with command_runtime() as rt:
+        with rt.unit_of_work() as uow:
+            scope = ExportScope(
+                org_id=org_id_named(uow=uow, org_name=org), agent_id=agent_id, user_id=user_id
+            )
+            total = count_messages(uow=uow, scope=scope)
+        lines = open_export(new_uow=rt.unit_of_work, redis_client=rt.redis, scope=scope)
+        with click.progressbar(length=total, label="exporting messages", file=sys.stderr) as bar:
+            for kind, line in lines.records():
+                output.write(line)
+                if kind == "message":
+                    bar.update(1)
+
+
+@main.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--org", required=True, help="The org's name: the import lands there.")
+@click.option(
+    "--format",
+    "source",
+    type=click.Choice(["driftless", "openai-chat"]),
+    default="driftless",
+    help="An export (default), or chat histories: one JSON array of messages a line.",
+)
+@click.option("--agent", "agent_id", help="openai-chat: the agent the histories belong to.")
+@click.option("--user", "user_id", help="openai-chat: the user the histories belong to.")
+def import_(file: str, org: str, source: str, agent_id: str | None, user_id: str | None) -> None:
+    """Import FILE into ORG: one transaction a session; again, it changes nothing."""
+    from shared.portability.importing import import_stream
+    from worker.app import make_celery
+
+    # A chat history's summaries, a promoted topic's cache invalidation: sent for real.
+    sender = make_celery(load_settings_or_exit())
+    queue = lambda rt: CeleryJobQueue(sender, rt.fair)  # noqa: E731
+    with command_runtime(make_queue=queue) as rt, open(file, "rb") as raw:
+        with rt.unit_of_work() as uow:
+            org_id = org_id_named(uow=uow, org_name=org)
+        size = os.fstat(raw.fileno()).st_size
+        with click.progressbar(length=size, label="importing", file=sys.stderr) as bar:
+            imported = import_stream(
+                new_uow=rt.unit_of_work, org_id=org_id, stream=_Progress(raw, bar.update),
+                limits=rt.limits, source=source, agent_id=agent_id, user_id=user_id,
+            )  # fmt: skip
+    click.echo(json.dumps(imported.as_dict(), sort_keys=True))
+
+
+class _Progress:
+    """A file whose reads move the progress bar by the bytes read."""
+
+    def __init__(self, raw: Any, advance: Any) -> None:
+        self._raw, self._advance = raw, advance
+
+    def readline(self, size: int = -1, /) -> bytes:
+        line: bytes = self._raw.readline(size)
+        self._advance(len(line))
+        return line
+
+
+@main.group()
+def embeddings() -> None:
+    """Vectors for recall by meaning (DRIFTLESS_EMBEDDINGS)."""
+
+
+# How often `embeddings backfill` counts what is still missing.
+BACKFILL_FOLLOW_S = 2.0
+
+
+@embeddings.command("backfill")
+@click.option("--no-wait", is_flag=True, help="Send the batches and exit, without following.")
+def embeddings_backfill(no_wait: bool) -> None:
+    """Embed every message and topic missing a vector of the configured model (after a
+    model change, all of them: the old model's vectors are replaced). The batches go to
+    the workers' `embeddings_bulk` queue; run it again to resume, it sends only what is
+    still missing. Ctrl-C stops following and leaves the batches queued."""
+    from shared.embeddings.backfill import missing, send_batches
+    from shared.embeddings.schema import ensure_vector_schema_at
+    from worker.app import make_celery
+
+    settings = load_settings_or_exit()
+    if settings.embeddings == "none":
+        raise click.ClickException("embeddings are off: set DRIFTLESS_EMBEDDINGS first")
+    if not ensure_vector_schema_at(_database_url()):
+        raise click.ClickException(
+            "the PostgreSQL server has no 'vector' extension (pgvector): install it first"
+        )
+    model = settings.embeddings_model
+    sender = make_celery(settings)
+    with command_runtime(make_queue=lambda rt: CeleryJobQueue(sender)) as rt:
+        with rt.unit_of_work() as uow:
+            total = missing(uow=uow, model=model)
+        sent = send_batches(new_uow=rt.unit_of_work, model=model)
+        click.echo(
+            f"embeddings backfill by {model}: {total} missing, {sent} batches sent", err=True
+        )
+        if no_wait or total == 0:
+            return
+        try:
+            _follow_backfill(rt, model, total)
+        except KeyboardInterrupt:
+            click.echo("\nstopped following: the workers embed the batches sent", err=True)
+            sys.exit(130)
+    click.echo(f"embeddings backfill by {model}: done")
+
+
+def _follow_backfill(rt: Runtime, model: str, total: int) -> None:
+    from shared.embeddings.backfill import missing
+
+    done = 0
+    with click.progressbar(length=total, label="embedding", file=sys.stderr) as bar:
+        while done < total:
+            time.sleep(BACKFILL_FOLLOW_S)
+            with rt.unit_of_work() as uow:
+                now_done = max(0, total - missing(uow=uow, model=model))
+            bar.update(now_done - done)
+            done = max(done, now_done)

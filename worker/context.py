@@ -74,7 +74,9 @@ def worker_runtime(app: Celery, settings: Settings, endpoints: Endpoints) -> Run
     runtime: Runtime = Runtime(
         settings,
         endpoints=endpoints,
-        make_queue=lambda _: WorkerJobQueue(CeleryJobQueue(app), lambda: runtime.redis),
+        make_queue=lambda built: WorkerJobQueue(
+            CeleryJobQueue(app, built.fair), lambda: runtime.redis
+        ),
         transaction_bounds=(LOCK_TIMEOUT_S, STATEMENT_TIMEOUT_S),
         # A worker waits on Redis as long as it must (a blocked debounce read is a retry).
         request_timeouts=False,

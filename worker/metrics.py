@@ -52,6 +52,7 @@ from shared.infra.queue import (
     DUE_AT_HEADER,
     FIRE_DEBOUNCE,
     LANE_OF_QUEUE,
+    NEXT_MODEL_JOB,
     QUEUES,
     RECONCILE,
     TASK_ROUTES,
@@ -59,6 +60,7 @@ from shared.infra.queue import (
 )
 from shared.reconcile.service import Reconciled
 from shared.reevaluations.pump import running_totals
+from worker.fair_metrics import FairQueueCollector
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +127,19 @@ DEPTH_TIMEOUT_S = 1.0
 # --- task signals ---------------------------------------------------------------------
 
 _started: dict[str, float] = {}  # task id -> perf_counter at task_prerun
+# task id -> the job a ticket runs (worker/fair.py): its run counts under that job's
+# name, so a summary is a summary whichever way it reached the worker.
+_serving: dict[str, str] = {}
+
+
+def serving(task: Task, name: str) -> None:
+    """The running task (a ticket) runs the job `name`: count it under that name."""
+    if task.request.id:
+        _serving[task.request.id] = name
+
+
+def _name_of(task: Task) -> str:
+    return _serving.get(task.request.id, task.name) if task.request.id else task.name
 
 
 def _header(task: Task, name: str) -> float | None:
@@ -144,6 +159,7 @@ def _queue_of(task: Task) -> str:
 def _on_prerun(task_id: str, task: Task, **_: Any) -> None:
     _started[task_id] = time.perf_counter()
     # A retry carries its first message's headers along; its wait is the backoff, not lag.
+    # A ticket's lane wait is its job's, from when the job was pushed (worker/fair.py).
     if task.request.retries:
         return
     due_at = _header(task, DUE_AT_HEADER)
@@ -151,13 +167,15 @@ def _on_prerun(task_id: str, task: Task, **_: Any) -> None:
         # Clocks of sender and worker may differ a little; never report negative lag.
         waited, queue = max(0.0, time.time() - due_at), _queue_of(task)
         QUEUE_LAG.labels(queue).observe(waited)
-        JOB_WAIT.labels(LANE_OF_QUEUE.get(queue, "unknown")).observe(waited)
+        if task.name != NEXT_MODEL_JOB:
+            JOB_WAIT.labels(LANE_OF_QUEUE.get(queue, "unknown")).observe(waited)
 
 
 def _on_postrun(task_id: str, task: Task, retval: Any = None, **_: Any) -> None:
     started = _started.pop(task_id, None)
     if started is not None:
-        TASK_SECONDS.labels(task.name).observe(time.perf_counter() - started)
+        TASK_SECONDS.labels(_name_of(task)).observe(time.perf_counter() - started)
+    _serving.pop(task_id, None)
     if task.name == FIRE_DEBOUNCE and isinstance(retval, str):
         DEBOUNCE_FIRES.labels(retval).inc()
     elif task.name == RECONCILE and isinstance(retval, dict):
@@ -166,15 +184,15 @@ def _on_postrun(task_id: str, task: Task, retval: Any = None, **_: Any) -> None:
 
 
 def _on_success(sender: Task, **_: Any) -> None:
-    JOBS_SUCCEEDED.labels(sender.name).inc()
+    JOBS_SUCCEEDED.labels(_name_of(sender)).inc()
 
 
 def _on_failure(sender: Task, **_: Any) -> None:
-    JOBS_FAILED.labels(sender.name).inc()
+    JOBS_FAILED.labels(_name_of(sender)).inc()
 
 
 def _on_retry(sender: Task, **_: Any) -> None:
-    JOBS_RETRIED.labels(sender.name).inc()
+    JOBS_RETRIED.labels(_name_of(sender)).inc()
 
 
 def connect_task_signals() -> None:
@@ -342,7 +360,10 @@ def _on_worker_init(sender: Any = None, instance: Any = None, **_: Any) -> None:
         return
     start_at_zero()
     depth = queue_depth_collector(runtime.endpoints.broker_url)
-    collectors: list[Collector] = [reevaluation_collector(runtime.endpoints.database_url)]
+    collectors: list[Collector] = [
+        reevaluation_collector(runtime.endpoints.database_url),
+        FairQueueCollector(runtime.fair),
+    ]
     start_exporter(
         runtime.settings.worker_metrics_port, collectors=[*collectors, *([depth] if depth else [])]
     )

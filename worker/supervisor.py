@@ -32,6 +32,7 @@ from shared.infra.bootstrap import Runtime
 from shared.infra.config import Settings
 from shared.infra.db.migrate import upgrade
 from shared.infra.logs import LogFormat, configure_logging
+from shared.infra.queue import QUEUES
 from shared.infra.runtime import Endpoints
 from worker.multiproc import PRIVATE_DIR_PREFIX, remove_orphaned_dirs
 
@@ -85,7 +86,7 @@ def _commands(settings: Settings) -> dict[str, list[str]]:
             # One process for every queue on a laptop, as the Procfile's worker: gevent
             # is the measured choice for LLM-bound work (docs/benchmarks.md, P4).
             str(bin_dir / "celery"), "-A", "worker.main", "worker",
-            "--queues", "llm,llm_bulk,fast,webhooks",
+            "--queues", ",".join(QUEUES),
             "--pool", "gevent", "--concurrency", "128", "--loglevel", "INFO",
         ],
         "beat": [

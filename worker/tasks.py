@@ -7,24 +7,31 @@ import dataclasses
 import datetime as dt
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from celery import Task, shared_task
+from celery import Celery, Task, shared_task
 from redis.exceptions import RedisError
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from shared.embeddings.provider import EmbeddingsError
+from shared.embeddings.sweep import embed_batch as embed_texts
+from shared.embeddings.sweep import sweep as embed_sweep
 from shared.evaluations.pipeline import evaluation_job
 from shared.evaluations.requests import sweep_idle as sweep
 from shared.evaluations.summarize import summary_job
+from shared.infra.fair import Lane
 from shared.infra.queue import (
     ADVANCE_REEVALUATIONS,
     DELIVER_WEBHOOK,
     DISPATCH_WEBHOOKS,
+    EMBED_BATCH,
+    EMBED_PENDING,
     EVALUATE_TOPIC,
     FIRE_DEBOUNCE,
     INVALIDATE_MEMORY,
+    NEXT_MODEL_JOB,
     PURGE_IDLE_SESSIONS,
     RECONCILE,
     START_STALE_REEVALUATION,
@@ -44,6 +51,7 @@ from shared.webhooks.delivery import deliver
 from shared.webhooks.service import dispatch_overdue
 from shared.webhooks.slots import WebhookSlots
 from worker.context import context_of, unit_of_work
+from worker.fair import serve_next, top_up
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +82,9 @@ def _within_quota(task: Task) -> Iterator[None]:
         ) from exc
 
 
-def _settle(task: Task, campaign_id: str, topic_id: str, *, failed: bool) -> None:
+def settle(app: Celery, campaign_id: str, topic_id: str, *, failed: bool) -> None:
     """The job of a re-evaluation campaign's topic ended: its item is settled."""
-    with unit_of_work(task.app) as uow:
+    with unit_of_work(app) as uow:
         settle_item(
             uow=uow, campaign_id=uuid.UUID(campaign_id), topic_id=uuid.UUID(topic_id),
             failed=failed,
@@ -84,38 +92,85 @@ def _settle(task: Task, campaign_id: str, topic_id: str, *, failed: bool) -> Non
         uow.commit()
 
 
+def _settle_failed(app: Celery, kwargs: dict[str, Any] | None) -> None:
+    """A job that may be a re-evaluation campaign's (a `campaign_id` kwarg) failed for
+    good (not retrying): its item is settled as failed."""
+    campaign_id = (kwargs or {}).get("campaign_id")
+    if not campaign_id or kwargs is None:
+        return
+    try:
+        settle(app, campaign_id, kwargs["topic_id"], failed=True)
+    except Exception:  # the pump counts it failed once its item times out
+        log.exception("could not settle topic %s of re-evaluation %s", kwargs, campaign_id)
+
+
 class CampaignJob(Task):
-    """A job that may be a re-evaluation campaign's (a `campaign_id` kwarg): when it fails
-    for good (not retrying), its item is settled as failed."""
+    """A model task whose failure settles its campaign item, if it has one."""
 
     def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
-        campaign_id = (kwargs or {}).get("campaign_id")
-        if not campaign_id:
-            return
-        try:
-            _settle(self, campaign_id, kwargs["topic_id"], failed=True)
-        except Exception:  # the pump counts it failed once its item times out
-            log.exception("could not settle topic %s of re-evaluation %s", kwargs, campaign_id)
+        _settle_failed(self.app, kwargs)
+
+
+def run_summary(
+    app: Celery, *, topic_id: str, trigger: str = "topic_closed", campaign_id: str | None = None
+) -> str:
+    """Summarize one topic; a repeat for an unchanged topic makes no LLM call, writes nothing."""
+    context = context_of(app)
+    outcome = summary_job(
+        new_uow=lambda: unit_of_work(app),
+        llm=context.llm,
+        live=context.redis,
+        topic_id=uuid.UUID(topic_id),
+        trigger=trigger,
+    )
+    log.info("summarize_topic %s: %s", topic_id, outcome.outcome)
+    if campaign_id:
+        settle(app, campaign_id, topic_id, failed=False)
+    return outcome.outcome
+
+
+def run_evaluation(
+    app: Celery, *, topic_id: str, trigger: str, campaign_id: str | None = None
+) -> str:
+    """Drift detection, then a silent fork or an in-place refresh (R30); arms R28's guard."""
+    context = context_of(app)
+    outcome = evaluation_job(
+        new_uow=lambda: unit_of_work(app),
+        llm=context.llm,
+        debouncer=context.debouncer,
+        live=context.redis,
+        topic_id=uuid.UUID(topic_id),
+        trigger=trigger,
+        scan_back=context.settings.scan_back,
+    )
+    log.info("evaluate_topic %s (%s): %s", topic_id, trigger, outcome.outcome)
+    if campaign_id:
+        settle(app, campaign_id, topic_id, failed=False)
+    return outcome.outcome
+
+
+# What a model job's name runs: the tasks below, and a ticket's job (worker/fair.py).
+MODEL_JOBS: dict[str, Callable[..., str]] = {
+    SUMMARIZE_TOPIC: run_summary,
+    EVALUATE_TOPIC: run_evaluation,
+}
 
 
 @shared_task(name=SUMMARIZE_TOPIC, base=CampaignJob, **LLM_TASK_OPTIONS)
 def summarize_topic(
     self: Task, topic_id: str, trigger: str = "topic_closed", campaign_id: str | None = None
 ) -> str:
-    """Summarize one topic; a repeat for an unchanged topic makes no LLM call, writes nothing."""
-    context = context_of(self.app)
+    """A summary sent straight to the broker (a retry's backoff, a job from before tickets)."""
     with _within_quota(self):
-        outcome = summary_job(
-            new_uow=lambda: unit_of_work(self.app),
-            llm=context.llm,
-            live=context.redis,
-            topic_id=uuid.UUID(topic_id),
-            trigger=trigger,
-        )
-    log.info("summarize_topic %s: %s", topic_id, outcome.outcome)
-    if campaign_id:
-        _settle(self, campaign_id, topic_id, failed=False)
-    return outcome.outcome
+        return run_summary(self.app, topic_id=topic_id, trigger=trigger, campaign_id=campaign_id)
+
+
+@shared_task(name=NEXT_MODEL_JOB, bind=True, autoretry_for=(RedisError,), retry_backoff=True)
+def next_model_job(self: Task, lane: Lane) -> str:
+    """A ticket: run the model job whose org's turn it is in `lane` (shared/infra/fair.py)."""
+    return serve_next(
+        self, lane, MODEL_JOBS, on_failure=lambda job: _settle_failed(self.app, job.kwargs)
+    )
 
 
 @shared_task(name=INVALIDATE_MEMORY, bind=True, autoretry_for=(RedisError,), retry_backoff=True)
@@ -135,7 +190,12 @@ def reconcile(self: Task) -> dict[str, int]:
         now=dt.datetime.now(dt.UTC),
         period_s=context.settings.reconcile_s,
         drift_interval=context.settings.drift_interval,
+        embedding_model=None if context.embedder is None else context.embedder.model,
     )
+    try:  # a model job whose ticket was lost gets one
+        top_up(context, period_s=context.settings.reconcile_s)
+    except RedisError as exc:
+        log.warning("fair queue unavailable to top up: %s", exc)
     return reconciled.as_dict()
 
 
@@ -155,32 +215,22 @@ def purge_idle_sessions(self: Task) -> dict[str, int]:
 
 @shared_task(name=EVALUATE_TOPIC, base=CampaignJob, **LLM_TASK_OPTIONS)
 def evaluate_topic(self: Task, topic_id: str, trigger: str, campaign_id: str | None = None) -> str:
-    """Drift detection, then a silent fork or an in-place refresh (R30); arms R28's guard."""
-    context = context_of(self.app)
+    """An evaluation sent straight to the broker (a retry's backoff, a job from before tickets)."""
     with _within_quota(self):
-        outcome = evaluation_job(
-            new_uow=lambda: unit_of_work(self.app),
-            llm=context.llm,
-            debouncer=context.debouncer,
-            live=context.redis,
-            topic_id=uuid.UUID(topic_id),
-            trigger=trigger,
-            scan_back=context.settings.scan_back,
-        )
-    log.info("evaluate_topic %s (%s): %s", topic_id, trigger, outcome.outcome)
-    if campaign_id:
-        _settle(self, campaign_id, topic_id, failed=False)
-    return outcome.outcome
+        return run_evaluation(self.app, topic_id=topic_id, trigger=trigger, campaign_id=campaign_id)
 
 
 @shared_task(name=FIRE_DEBOUNCE, bind=True, autoretry_for=(RedisError,), retry_backoff=True)
-def fire_debounce(self: Task, topic_id: str, token: str, trigger: str) -> str:
+def fire_debounce(
+    self: Task, topic_id: str, token: str, trigger: str, org: str | None = None
+) -> str:
     """The one job of a trigger burst: evaluate once the burst has been quiet (R27)."""
     fired = fire(
         debouncer=context_of(self.app).debouncer,
         topic_id=uuid.UUID(topic_id),
         token=token,
         trigger=trigger,
+        org=org,
     )
     if fired.send is not None:  # the evaluation, or this job again when the burst is due
         context_of(self.app).queue.send(fired.send)
@@ -221,13 +271,14 @@ def deliver_webhook(self: Task, delivery_id: int) -> int:
 
 
 @shared_task(name=DISPATCH_WEBHOOKS, bind=True)
-def dispatch_webhooks(self: Task) -> int:
+def dispatch_webhooks(self: Task) -> dict[str, int]:
     """Beat: a job for every webhook delivery overdue (its job lost, or a long backoff);
-    events past their retention go."""
-    with unit_of_work(self.app) as uow:
-        return dispatch_overdue(
-            uow=uow, now=dt.datetime.now(dt.UTC), period_s=context_of(self.app).settings.reconcile_s
-        )
+    events past their retention go, a batch per transaction (counts of both)."""
+    return dispatch_overdue(
+        new_uow=lambda: unit_of_work(self.app),
+        now=dt.datetime.now(dt.UTC),
+        period_s=context_of(self.app).settings.reconcile_s,
+    )
 
 
 @shared_task(name=ADVANCE_REEVALUATIONS, bind=True)
@@ -247,3 +298,36 @@ def start_stale_reevaluation(self: Task) -> str | None:
     with unit_of_work(self.app) as uow:
         started = start_scheduled_reevaluation(uow=uow, settings=context_of(self.app).settings)
     return None if started is None else str(started)
+
+
+@shared_task(name=EMBED_PENDING, bind=True)
+def embed_pending(self: Task) -> dict[str, int | str]:
+    """Beat, every couple of seconds while embeddings are on: vectors of the messages and
+    topics that came since the last sweep, in one batch (shared/embeddings/sweep.py)."""
+    context = context_of(self.app)
+    if context.embedder is None:  # a beat configured before embeddings were switched off
+        return {}
+    swept = embed_sweep(
+        new_uow=lambda: unit_of_work(self.app), embedder=context.embedder,
+        redis_client=context.redis,
+    )  # fmt: skip
+    return swept.as_dict()
+
+
+@shared_task(
+    name=EMBED_BATCH, bind=True, autoretry_for=(*RETRYABLE, EmbeddingsError), retry_backoff=True,
+    retry_backoff_max=60, max_retries=8,
+)  # fmt: skip
+def embed_batch(
+    self: Task, message_ids: list[int] | None = None, topic_ids: list[str] | None = None
+) -> dict[str, int | str]:
+    """A backfill's or the reconciler's batch: vectors of those of these messages and
+    topics still missing one of the current model; retried when the server failed."""
+    context = context_of(self.app)
+    if context.embedder is None:
+        return {}
+    embedded = embed_texts(
+        new_uow=lambda: unit_of_work(self.app), embedder=context.embedder,
+        message_ids=message_ids or [], topic_ids=[uuid.UUID(t) for t in topic_ids or []],
+    )  # fmt: skip
+    return embedded.as_dict()

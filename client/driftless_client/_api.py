@@ -10,9 +10,12 @@ JSON sent and the dicts answered are the API's, camelCase, unchanged.
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import quote
 
@@ -45,6 +48,7 @@ class Call:
     path: str
     params: Mapping[str, str] | None = None
     json: Any = None
+    ndjson: bytes | None = None  # a body of JSON lines (POST /import), sent as it is
 
 
 def _seg(value: Id) -> str:
@@ -260,6 +264,24 @@ class Operations(Generic[_Answer, _Nothing]):
         path = f"/facts/{_seg(key)}"
         return self._call_no_content(Call("DELETE", path, params=_scope(agent_id, user_id)))
 
+    def facts_history(
+        self,
+        agent_id: str,
+        user_id: str,
+        key: str,
+        before: dt.datetime | str | None = None,
+        limit: int | None = None,
+    ) -> _Answer:
+        """`GET /facts/history?agentId=&userId=&key=&before=&limit=`: every value the key
+        held, newest first, `{history: [{key, value, validFrom, validTo, changedBy,
+        removedBy}], nextBefore}`; `nextBefore` is the `before` of the next page."""
+        params = {**_scope(agent_id, user_id), "key": key}
+        if before is not None:
+            params["before"] = before if isinstance(before, str) else before.isoformat()
+        if limit is not None:
+            params["limit"] = str(limit)
+        return self._call(Call("GET", "/facts/history", params=params))
+
     # --- the org's accounting -------------------------------------------------------
 
     def usage(self, since: dt.datetime | str | None = None) -> _Answer:
@@ -270,6 +292,32 @@ class Operations(Generic[_Answer, _Nothing]):
         if since is not None:
             params = {"since": since if isinstance(since, str) else since.isoformat()}
         return self._call(Call("GET", "/usage", params=params))
+
+    def limits(self) -> _Answer:
+        """`GET /limits`: the limits the org is held to (0: none) and its LLM tokens this
+        month, `{requestsPerS, requestBurst, llmRpm, monthlyTokens, month, tokensUsed,
+        budgetExhausted}`."""
+        return self._call(Call("GET", "/limits"))
+
+    # --- the org's own model (bring your own key) -----------------------------------
+
+    def set_provider(self, api_key: str, model: str, base_url: str | None = None) -> _Answer:
+        """`PUT /provider`: the org's summaries and drift calls use `model` with `api_key`,
+        at `base_url` (an OpenAI-compatible server; None: the fleet's). The answer, as
+        `provider()`'s, never holds the key."""
+        body: JSON = {"apiKey": api_key, "model": model}
+        if base_url is not None:
+            body["baseUrl"] = base_url
+        return self._call(Call("PUT", "/provider", json=body))
+
+    def provider(self) -> _Answer:
+        """`GET /provider`: the model the org's calls use, `{source, model, baseUrl,
+        updatedAt}` (`source` "org" or "fleet"), never the key."""
+        return self._call(Call("GET", "/provider"))
+
+    def delete_provider(self) -> _Nothing:
+        """`DELETE /provider`: back to the fleet's model."""
+        return self._call_no_content(Call("DELETE", "/provider"))
 
     # --- re-evaluation campaigns ---------------------------------------------------
 
@@ -332,6 +380,44 @@ class Operations(Generic[_Answer, _Nothing]):
 
     # --- the API itself -------------------------------------------------------------
 
+    def import_(
+        self,
+        lines: bytes | str | Iterable[Mapping[str, Any] | Sequence[Any] | str],
+        *,
+        format: Literal["driftless", "openai-chat"] = "driftless",
+        agent_id: str | None = None,
+        user_id: str | None = None,
+    ) -> _Answer:
+        """`POST /import`: an export (its lines, as `export` yields them or as text) into
+        the key's org, or with `format="openai-chat"` chat histories (one list of
+        messages each) as sessions of `agent_id` and `user_id`. Answers the counts;
+        importing the same lines again changes nothing."""
+        if isinstance(lines, str):
+            body = lines.encode()
+        elif isinstance(lines, bytes):
+            body = lines
+        else:
+            body = "".join(
+                (line if isinstance(line, str) else json.dumps(line)).rstrip("\n") + "\n"
+                for line in lines
+            ).encode()
+        given = {"format": format, "agentId": agent_id, "userId": user_id}
+        params = {k: v for k, v in given.items() if v is not None}
+        return self._call(Call("POST", "/import", params=params, ndjson=body))
+
+    def import_file(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        format: Literal["driftless", "openai-chat"] = "driftless",
+        agent_id: str | None = None,
+        user_id: str | None = None,
+    ) -> _Answer:
+        """`POST /import` of a file (`driftless export`'s, or chat histories): the server
+        reads it line by line, one transaction a session (see `import_`)."""
+        body = Path(path).read_bytes()
+        return self.import_(body, format=format, agent_id=agent_id, user_id=user_id)
+
     def openapi(self) -> _Answer:
         """`GET /openapi.json`: the OpenAPI 3 document of the API."""
         return self._call(Call("GET", "/openapi.json"))
@@ -340,6 +426,17 @@ class Operations(Generic[_Answer, _Nothing]):
 def events_call(session_id: Id) -> Call:
     """`GET /sessions/{sid}/events` (each client streams it its own way)."""
     return Call("GET", f"/sessions/{_seg(session_id)}/events")
+
+
+def export_call(agent_id: str | None = None, user_id: str | None = None) -> Call:
+    """`GET /export?agentId=&userId=` (each client streams it its own way)."""
+    given = {"agentId": agent_id, "userId": user_id}
+    return Call("GET", "/export", params={k: v for k, v in given.items() if v is not None})
+
+
+def export_line(line: str) -> JSON | None:
+    """One line of an export as a dict; None for a blank line."""
+    return json.loads(line) if line.strip() else None
 
 
 # --- what both clients share besides the operations ---------------------------------
@@ -384,7 +481,10 @@ class Connection:
             f"{self.base_url}{API_PREFIX}{call.path}",
             params=call.params,
             json=call.json,
-            headers=self.headers,
+            content=call.ndjson,
+            headers=self.headers
+            if call.ndjson is None
+            else {**self.headers, "Content-Type": "application/x-ndjson"},
             timeout=self.timeout,
         )
 

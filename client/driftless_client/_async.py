@@ -17,6 +17,8 @@ from ._api import (
     Id,
     Operations,
     events_call,
+    export_call,
+    export_line,
     json_answer,
     no_content,
 )
@@ -80,6 +82,22 @@ class AsyncClient(Operations[Coroutine[Any, Any, JSON], Coroutine[Any, Any, None
                     yield event
                     if event["event"] == "end":
                         return
+        finally:
+            await response.aclose()
+
+    async def export(
+        self, agent_id: str | None = None, user_id: str | None = None
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """`Client.export`, asynchronously. Close it with `contextlib.aclosing(...)`."""
+        response = await self._send(export_call(agent_id, user_id), stream=True)
+        try:
+            if not response.is_success:
+                await response.aread()
+                raise ApiError.from_response(response)
+            async for line in response.aiter_lines():
+                parsed = export_line(line)
+                if parsed is not None:
+                    yield parsed
         finally:
             await response.aclose()
 

@@ -17,6 +17,8 @@ from ._api import (
     Id,
     Operations,
     events_call,
+    export_call,
+    export_line,
     json_answer,
     no_content,
 )
@@ -90,6 +92,24 @@ class Client(Operations[JSON, None]):
                     yield event
                     if event["event"] == "end":
                         return
+        finally:
+            response.close()
+
+    def export(
+        self, agent_id: str | None = None, user_id: str | None = None
+    ) -> Generator[dict[str, Any], None, None]:
+        """`GET /export?agentId=&userId=`: the scope's export (docs/export-format.md), one
+        dict a line as it streams, the header first; neither id: the whole org. Close the
+        iterator (`contextlib.closing`) to stop reading early."""
+        response = self._send(export_call(agent_id, user_id), stream=True)
+        try:
+            if not response.is_success:
+                response.read()
+                raise ApiError.from_response(response)
+            for line in response.iter_lines():
+                parsed = export_line(line)
+                if parsed is not None:
+                    yield parsed
         finally:
             response.close()
 

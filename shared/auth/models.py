@@ -1,9 +1,18 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import date, datetime
 
-from sqlalchemy import CheckConstraint, DateTime, Float, ForeignKey, Integer, String
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Date,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from shared.infra.db.base import Base, created_at_column
@@ -14,6 +23,8 @@ class Org(Base):
     __table_args__ = (
         CheckConstraint("requests_per_s >= 0", name="requests_per_s"),
         CheckConstraint("request_burst >= 1", name="request_burst"),
+        CheckConstraint("llm_rpm >= 0", name="llm_rpm"),
+        CheckConstraint("monthly_tokens >= 0", name="monthly_tokens"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
@@ -23,6 +34,13 @@ class Org(Base):
     # (DRIFTLESS_ORG_REQUESTS_PER_S, DRIFTLESS_ORG_REQUEST_BURST). 0 requests a second: none.
     requests_per_s: Mapped[float | None] = mapped_column(Float)
     request_burst: Mapped[int | None] = mapped_column(Integer)
+    # Its LLM budget (shared/orgs/budget.py): model calls a minute and tokens a calendar
+    # month (UTC); NULL: DRIFTLESS_ORG_LLM_RPM, DRIFTLESS_ORG_MONTHLY_TOKENS. 0: none.
+    llm_rpm: Mapped[int | None] = mapped_column(Integer)
+    monthly_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    # The first day of the month it last ran out of tokens in: org.budget_exhausted is
+    # sent when this moves, so once a month.
+    budget_exhausted_month: Mapped[date | None] = mapped_column(Date)
 
 
 class ApiKey(Base):

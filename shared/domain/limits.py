@@ -24,6 +24,9 @@ from shared.domain.errors import Invalid, TooLarge
 
 DEFAULT_MAX_JSON_DEPTH = 32
 DEFAULT_SEARCHES_PER_ORG = 4
+# Exports (shared/portability/) streaming at once per org, across the fleet: each holds a
+# pooled connection for as long as its client reads.
+MAX_EXPORTS_PER_ORG = 2
 # agentId and userId, and a fact's key: characters (code points), as PostgreSQL's
 # varchar(200) counts them. They travel in request lines too, so the web's
 # `--limit-request-line` (Procfile) is sized from these: see the arithmetic there.
@@ -39,6 +42,16 @@ MAX_WORKING_MEMORY_BYTES = 16 * 1024
 MAX_NOTES_CHARS = 20_000
 # A tool call is stored as one message (R7); this leaves room for its JSON envelope.
 MAX_TOOL_ARGUMENTS_CHARS = 50_000
+# Import (shared/portability/): the body is streamed, so what bounds a request's memory
+# is one line and one session's id map, not the file. A line holds one message of
+# MAX_MESSAGE_CHARS (4 bytes a character at worst) with room for its JSON escapes.
+MAX_IMPORT_LINE_BYTES = 1024 * 1024
+# One session of a chat history is one line: a conversation, not a message.
+MAX_IMPORT_CHAT_LINE_BYTES = 16 * 1024 * 1024
+# Lines of one session (its topics, messages, notes, curation): one transaction.
+MAX_IMPORT_SESSION_LINES = 500_000
+# A whole import body (413 past it): a large org's export, read as it arrives.
+MAX_IMPORT_BYTES = 4 * 1024 * 1024 * 1024
 
 
 @dataclass(frozen=True)

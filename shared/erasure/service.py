@@ -1,8 +1,8 @@
 """One call removes an org + agent + user: sessions, topics, messages, notes, forks,
-evaluations and curation audit rows (all cascade from the sessions), durable facts, the
-webhook events about them, the re-evaluation campaigns narrowed to them, and afterwards
-the Redis state keyed by them. Audit rows go too: they hold titles and who
-decided what about this user's conversations, which is the user's data.
+evaluations and curation audit rows (all cascade from the sessions), durable facts and
+their history, the webhook events about them, the re-evaluation campaigns narrowed to
+them, and afterwards the Redis state keyed by them. Audit rows go too: they hold titles
+and who decided what about this user's conversations, which is the user's data.
 
 `erase_user_everywhere` is that one call, for the HTTP API and the CLI alike."""
 
@@ -21,7 +21,7 @@ from sqlalchemy.orm import InstrumentedAttribute
 from shared.context.working_memory import forget_working_memory
 from shared.curation.models import MemoryChange
 from shared.evaluations.models import Evaluation
-from shared.facts.models import FactsDocument
+from shared.facts.models import FactsDocument, FactVersion
 from shared.infra.db.uow import UnitOfWork
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
@@ -96,6 +96,15 @@ def erase_user(*, uow: UnitOfWork, scope: Scope) -> Erased:
         )
     )
     counts["facts"] = int(facts.rowcount)  # type: ignore[attr-defined]
+    # The history holds every value the user's facts ever had: it goes with them.
+    versions = uow.session.execute(
+        delete(FactVersion).where(
+            FactVersion.org_id == scope.org_id,
+            FactVersion.agent_id == scope.agent_id,
+            FactVersion.user_id == scope.user_id,
+        )
+    )
+    counts["factVersions"] = int(versions.rowcount)  # type: ignore[attr-defined]
     # Bookkeeping, not content, but it names the user: it goes too.
     uow.session.execute(
         delete(MemoryVersion).where(

@@ -40,14 +40,17 @@ def request_evaluation(
         topic_id=topic.id,
         last_message_id=topic.last_message_id,
         trigger=trigger,
+        org_id=org_id,
     )
 
 
-def idle_topics(*, uow: UnitOfWork, idle: dt.timedelta) -> Sequence[tuple[uuid.UUID, int]]:
-    """Active topics with messages no summary has seen, in sessions idle for `idle`:
-    users who walked away without any exit trigger."""
+def idle_topics(
+    *, uow: UnitOfWork, idle: dt.timedelta
+) -> Sequence[tuple[uuid.UUID, int, uuid.UUID]]:
+    """(topic, last message, org) of active topics with messages no summary has seen, in
+    sessions idle for `idle`: users who walked away without any exit trigger."""
     rows = uow.session.execute(
-        select(Topic.id, Topic.last_message_id)
+        select(Topic.id, Topic.last_message_id, ChatSession.org_id)
         .join(ChatSession, ChatSession.id == Topic.session_id)
         .where(
             ChatSession.last_activity_at < func.now() - idle,
@@ -59,7 +62,7 @@ def idle_topics(*, uow: UnitOfWork, idle: dt.timedelta) -> Sequence[tuple[uuid.U
         .order_by(ChatSession.last_activity_at)
         .limit(SWEEP_BATCH)
     ).all()
-    return [(row.id, row.last_message_id) for row in rows]
+    return [(row.id, row.last_message_id, row.org_id) for row in rows]
 
 
 def sweep_idle(
@@ -73,10 +76,10 @@ def sweep_idle(
     with new_uow() as uow:
         topics = idle_topics(uow=uow, idle=idle)
     scheduled = 0
-    for topic_id, last_message_id in topics:
+    for topic_id, last_message_id, org_id in topics:
         status = debounce_trigger(
             debouncer=debouncer, queue=queue, topic_id=topic_id,
-            last_message_id=last_message_id, trigger="sweep",
+            last_message_id=last_message_id, trigger="sweep", org_id=org_id,
         )  # fmt: skip
         scheduled += status == "scheduled"
     return scheduled

@@ -1,7 +1,9 @@
 """Durable facts (R22): one JSON document per org + agent + user, changed key by key.
 
 Each change is one atomic statement on the row (`||` to set, `-` to unset), so
-concurrent writers of different keys never lose each other's writes.
+concurrent writers of different keys never lose each other's writes. Each change also
+writes the history (shared/facts/history.py), after the document: the document's row lock
+orders a scope's changes, so the history chains in the order the document changed.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from sqlalchemy import func, literal, select, update
 from sqlalchemy.dialects.postgresql import JSONB, insert
 
 from shared.domain.limits import MAX_FACT_VALUE_BYTES, MAX_FACTS_BYTES, check_json, check_size
+from shared.facts.history import ChangedBy, record_set, record_unset
 from shared.facts.models import FactsDocument
 from shared.infra.db.uow import UnitOfWork
 from shared.memory.scope import Scope
@@ -31,8 +34,11 @@ def read_facts(*, uow: UnitOfWork, scope: Scope) -> dict[str, Any]:
     return dict(document or {})
 
 
-def merge_facts(*, uow: UnitOfWork, scope: Scope, facts: dict[str, Any]) -> dict[str, Any]:
-    """Create or update entries by key; returns the whole document.
+def merge_facts(
+    *, uow: UnitOfWork, scope: Scope, facts: dict[str, Any], changed_by: ChangedBy
+) -> dict[str, Any]:
+    """Create or update entries by key, keeping the values they replace in the history;
+    returns the whole document.
 
     Invalid or TooLarge (shared/domain/limits.py) leaves the document as it was, so a caller
     may catch either and go on in the same transaction.
@@ -40,13 +46,29 @@ def merge_facts(*, uow: UnitOfWork, scope: Scope, facts: dict[str, Any]) -> dict
     check_json(facts, field="facts", limits=uow.limits)
     for key, value in facts.items():
         check_size(value, what=f"the fact {key[:60]!r}", max_bytes=MAX_FACT_VALUE_BYTES)
-    patch = literal(facts, JSONB)
+    document = write_document(uow=uow, scope=scope, patch=facts)
+    record_set(uow=uow, scope=scope, facts=facts, changed_by=changed_by)
+    _facts_changed(uow=uow, scope=scope, document=document, set_keys=list(facts), unset_keys=[])
+    return document
+
+
+def write_document(*, uow: UnitOfWork, scope: Scope, patch: dict[str, Any]) -> dict[str, Any]:
+    """Merge `patch` into the scope's document (created if missing) and return it, its row
+    locked until the transaction ends; no history, no event: the callers write those."""
     statement = (
         insert(FactsDocument)
-        .values(org_id=scope.org_id, agent_id=scope.agent_id, user_id=scope.user_id, document=patch)
+        .values(
+            org_id=scope.org_id,
+            agent_id=scope.agent_id,
+            user_id=scope.user_id,
+            document=literal(patch, JSONB),
+        )
         .on_conflict_do_update(
             constraint="uq_facts_scope",
-            set_={"document": FactsDocument.document.op("||")(patch), "updated_at": func.now()},
+            set_={
+                "document": FactsDocument.document.op("||")(literal(patch, JSONB)),
+                "updated_at": func.now(),
+            },
         )
         .returning(FactsDocument.document)
     )
@@ -56,12 +78,11 @@ def merge_facts(*, uow: UnitOfWork, scope: Scope, facts: dict[str, Any]) -> dict
     with uow.session.begin_nested():
         document: dict[str, Any] = uow.session.execute(statement).scalar_one()
         check_size(document, what="the facts document", max_bytes=MAX_FACTS_BYTES)
-    _facts_changed(uow=uow, scope=scope, document=document, set_keys=list(facts), unset_keys=[])
     return document
 
 
-def unset_fact(*, uow: UnitOfWork, scope: Scope, key: str) -> bool:
-    """Delete one entry; False if there was none."""
+def unset_fact(*, uow: UnitOfWork, scope: Scope, key: str, changed_by: ChangedBy) -> bool:
+    """Delete one entry, closing its value in the history; False if there was none."""
     document = uow.session.execute(
         update(FactsDocument)
         .where(*_scope_filter(scope), FactsDocument.document.has_key(key))
@@ -70,6 +91,7 @@ def unset_fact(*, uow: UnitOfWork, scope: Scope, key: str) -> bool:
     ).scalar()
     if document is None:
         return False
+    record_unset(uow=uow, scope=scope, key=key, changed_by=changed_by)
     _facts_changed(uow=uow, scope=scope, document=document, set_keys=[], unset_keys=[key])
     return True
 

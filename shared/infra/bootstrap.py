@@ -22,6 +22,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.cache import KeyCache
 from shared.domain.limits import Limits
+from shared.embeddings.provider import Embedder, make_embedder
+from shared.embeddings.query import QueryEmbeddings
 from shared.infra.config import Settings
 from shared.infra.db.engine import (
     POOL_TIMEOUT_S,
@@ -30,16 +32,20 @@ from shared.infra.db.engine import (
     make_session_factory,
 )
 from shared.infra.db.uow import UnitOfWork
+from shared.infra.fair import FairQueue
 from shared.infra.queue import JobQueue, RecordingQueue
 from shared.infra.runtime import Endpoints, resolve_endpoints
+from shared.infra.sealing import SecretBox
 from shared.llm.base import LLM
 from shared.llm.factory import make_llm
+from shared.orgs.budget import BudgetDefaults, Budgets
+from shared.orgs.budgeted_llm import BudgetedLLM
 from shared.orgs.ratelimit import RequestLimit, RequestLimiter
+from shared.providers.routing import route_by_org
 from shared.triggers.debounce import Debouncer
 from shared.usage.service import UsageLedger
 from shared.webhooks.deadline import webhook_client
 from shared.webhooks.delivery import Policy
-from shared.webhooks.secrets import SecretBox
 
 # A request or a CLI command must fail, not hang, when Redis is down (R29: the exit
 # triggers degrade to `dropped`); a worker waits on Redis as long as it must.
@@ -59,7 +65,7 @@ class Runtime:
         settings: Settings,
         *,
         endpoints: Endpoints | None = None,
-        make_queue: Callable[[Endpoints], JobQueue] | None = None,
+        make_queue: Callable[[Runtime], JobQueue] | None = None,
         queue: JobQueue | None = None,
         session_factory: sessionmaker[Session] | None = None,
         pool_size: int | None = None,
@@ -67,7 +73,7 @@ class Runtime:
         transaction_bounds: tuple[float | None, float] | None = None,
         request_timeouts: bool = True,
     ) -> None:
-        """`make_queue` builds the process's job queue from the endpoints; `queue` is a
+        """`make_queue` builds the process's job queue from this runtime; `queue` is a
         ready one (tests); with neither, jobs are recorded, never sent (for commands that
         send none). `pool_size` and
         `max_overflow` default to the settings' connection budget; `transaction_bounds`
@@ -120,8 +126,14 @@ class Runtime:
         if self._queue is not None:
             return self._queue
         if self._make_queue is not None:
-            return self._make_queue(self.endpoints)
+            return self._make_queue(self)
         return RecordingQueue()
+
+    @cached_property
+    def fair(self) -> FairQueue:
+        """The orgs' lists of model jobs (shared/infra/fair.py), beside the debounce state:
+        a job waits where the web and every worker see it."""
+        return FairQueue(self.redis)
 
     @cached_property
     def redis(self) -> redis.Redis:
@@ -139,11 +151,41 @@ class Runtime:
         # The rate limit's bucket lives in the same Redis as the debounce state.
         # Every task of the process may have a call in flight (the HTTP connection pool).
         # Each call the provider makes is written to the usage ledger as it returns.
-        return make_llm(
-            self.settings,
-            redis_client=self.redis,
-            calls=self.tasks_per_process,
-            on_call=UsageLedger(self.unit_of_work),
+        ledger = UsageLedger(self.unit_of_work)
+        fleet = make_llm(
+            self.settings, redis_client=self.redis, calls=self.tasks_per_process, on_call=ledger
+        )
+        # An org that set its own model (bring your own key) has its calls go there.
+        provider = route_by_org(
+            fleet, settings=self.settings, new_uow=self.unit_of_work, box=self.secret_box,
+            calls=self.tasks_per_process, on_call=ledger,
+        )  # fmt: skip
+        # Outermost: a call of an org past its budget is refused before it takes from
+        # the fleet's bucket or reaches a model (shared/orgs/budgeted_llm.py).
+        budgets = Budgets(self.unit_of_work, defaults=self.budget_defaults)
+        return BudgetedLLM(provider, budgets=budgets, redis_client=self.redis)
+
+    @cached_property
+    def embedder(self) -> Embedder | None:
+        """Texts' vectors (each org's from its own server, if it set one); None when
+        DRIFTLESS_EMBEDDINGS=none: search stays lexical."""
+        return make_embedder(self.settings, new_uow=self.unit_of_work, box=self.secret_box)
+
+    @cached_property
+    def query_vectors(self) -> QueryEmbeddings | None:
+        """A search query's vector, under its deadline and cached (None: searches are
+        lexical): HTTP search and the recall tool, over HTTP and MCP, share it."""
+        embedder = self.embedder
+        if embedder is None:
+            return None
+        return QueryEmbeddings(embedder, self.redis)
+
+    @property
+    def budget_defaults(self) -> BudgetDefaults:
+        """The fleet's LLM budget of an org without its own."""
+        settings = self.settings
+        return BudgetDefaults(
+            llm_rpm=settings.org_llm_rpm, monthly_tokens=settings.org_monthly_tokens
         )
 
     @cached_property

@@ -20,6 +20,7 @@ from shared.infra.crontab import parse_crontab
 from shared.infra.sealing import parse_keys
 
 DEFAULT_LLM_MODEL = "gpt-4o-mini"
+DEFAULT_EMBEDDINGS_MODEL = "text-embedding-3-small"
 
 # Environment variable -> settings field. Spelled out rather than derived so that
 # grepping for a variable name lands here.
@@ -34,6 +35,11 @@ ENVIRONMENT: dict[str, str] = {
     "DRIFTLESS_LLM_MODEL": "llm_model",
     "DRIFTLESS_LLM_TIMEOUT_S": "llm_timeout_s",
     "DRIFTLESS_LLM_MAX_RETRIES": "llm_max_retries",
+    "DRIFTLESS_EMBEDDINGS": "embeddings",
+    "DRIFTLESS_EMBEDDINGS_BASE_URL": "embeddings_base_url",
+    "DRIFTLESS_EMBEDDINGS_API_KEY": "embeddings_api_key",
+    "DRIFTLESS_EMBEDDINGS_MODEL": "embeddings_model",
+    "DRIFTLESS_EMBEDDINGS_DIMENSIONS": "embeddings_dimensions",
     "DRIFTLESS_DEBOUNCE_MS": "debounce_ms",
     "DRIFTLESS_DEBOUNCE_MAX_WAIT_MS": "debounce_max_wait_ms",
     "DRIFTLESS_SWEEP_S": "sweep_s",
@@ -67,6 +73,8 @@ ENVIRONMENT: dict[str, str] = {
     "DRIFTLESS_WEBHOOK_KEYS": "webhook_keys",
     "DRIFTLESS_ORG_REQUESTS_PER_S": "org_requests_per_s",
     "DRIFTLESS_ORG_REQUEST_BURST": "org_request_burst",
+    "DRIFTLESS_ORG_LLM_RPM": "org_llm_rpm",
+    "DRIFTLESS_ORG_MONTHLY_TOKENS": "org_monthly_tokens",
     "DRIFTLESS_WEB_STATEMENT_TIMEOUT_MS": "web_statement_timeout_ms",
     "DRIFTLESS_SEARCHES_PER_ORG": "searches_per_org",
     "DRIFTLESS_WEBHOOKS_PER_ORG": "webhooks_per_org",
@@ -97,6 +105,14 @@ class Settings(BaseModel):
     # under a rate limit, by RateLimitedLLM so that every attempt is charged (ratelimit.py).
     llm_timeout_s: float = Field(default=30.0, gt=0, le=600)
     llm_max_retries: int = Field(default=2, ge=0, le=10)
+    # Recall by meaning (shared/embeddings/): `none` keeps search lexical. The server and
+    # key default to the model's (OPENAI_BASE_URL, OPENAI_API_KEY); `dimensions` is sent
+    # only when set (text-embedding-3 models shorten their vectors to it).
+    embeddings: Literal["none", "openai"] = "none"
+    embeddings_base_url: str | None = None
+    embeddings_api_key: str | None = Field(default=None, repr=False)
+    embeddings_model: str = Field(default=DEFAULT_EMBEDDINGS_MODEL, min_length=1)
+    embeddings_dimensions: int | None = Field(default=None, ge=1, le=16_000)
     debounce_ms: int = Field(default=2000, ge=0, le=600_000)
     # An endless stream of triggers still evaluates at least this often.
     debounce_max_wait_ms: int = Field(default=10_000, ge=0, le=3_600_000)
@@ -159,6 +175,11 @@ class Settings(BaseModel):
     # lets a batch import at full speed (about 110 requests of 500 messages a second) by.
     org_requests_per_s: float = Field(default=1000.0, ge=0)
     org_request_burst: int = Field(default=2000, ge=1)
+    # Each org's LLM budget (shared/orgs/budget.py), unless `driftless orgs set` gives it
+    # its own: model calls a minute, waited for in the worker; tokens a calendar month
+    # (UTC), past which its summaries fall back (R14) and drift is not asked. 0: none.
+    org_llm_rpm: int = Field(default=0, ge=0)
+    org_monthly_tokens: int = Field(default=0, ge=0)
     # The web's queries end after this long (0: never), so no request holds a pooled
     # connection for long; searches open at once per org.
     web_statement_timeout_ms: int = Field(default=5000, ge=0)

@@ -134,7 +134,17 @@ WEBHOOK_DELIVERIES = at_zero(
     [(status,) for status in WEBHOOK_STATUSES],
 )
 # Per-org limits ([3.2]): each refusal, by the kind of work refused.
-LIMIT_KINDS = ("requests", "searches", "webhooks", "campaigns")
+# llm_rpm: a model call that had to wait for its org's calls a minute; monthly_tokens: one
+# refused for its org's tokens this month (shared/orgs/budget.py).
+LIMIT_KINDS = (
+    "requests",
+    "searches",
+    "exports",
+    "webhooks",
+    "campaigns",
+    "llm_rpm",
+    "monthly_tokens",
+)
 LIMIT_HITS = at_zero(
     Counter(
         "driftless_limit_hits_total",
@@ -142,6 +152,33 @@ LIMIT_HITS = at_zero(
         ["kind"],
     ),
     [(kind,) for kind in LIMIT_KINDS],
+)
+# A search query's vector (shared/embeddings/query.py): from the cache, embedded in time,
+# or none (failed, or past its deadline), and the search stays lexical.
+QUERY_EMBEDDING_RESULTS = ("cached", "embedded", "failed", "timeout")
+QUERY_EMBEDDINGS = at_zero(
+    Counter(
+        "driftless_query_embeddings_total",
+        "Search queries' embeddings by result (cached, embedded, failed, timeout)",
+        ["result"],
+    ),
+    [(result,) for result in QUERY_EMBEDDING_RESULTS],
+)
+# Vectors the workers made (shared/embeddings/sweep.py), by kind and result: a failed
+# text is left for the next sweep, the reconciler or a backfill.
+EMBEDDING_KINDS = ("message", "topic")
+EMBEDDINGS = at_zero(
+    Counter(
+        "driftless_embeddings_total",
+        "Texts embedded by the workers, by kind (message, topic) and result (stored, failed)",
+        ["kind", "result"],
+    ),
+    [(kind, result) for kind in EMBEDDING_KINDS for result in ("stored", "failed")],
+)
+# No org label: orgs are unbounded. Which org it was is in the log and the org's webhook.
+BUDGETS_EXHAUSTED = Counter(
+    "driftless_org_budgets_exhausted_total",
+    "Orgs that ran out of their monthly LLM tokens (each org once a month)",
 )
 WEBHOOK_ATTEMPT_SECONDS = Histogram(
     "driftless_webhook_attempt_seconds",

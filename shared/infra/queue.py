@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
+from shared.infra.fair import FLEET, FairJob, FairQueue, Lane
 from shared.infra.metrics import JOBS_ENQUEUED, JOBS_SEND_FAILED
-
-Lane = Literal["live", "bulk"]
 
 
 @dataclass(frozen=True)
@@ -21,12 +20,14 @@ class Job:
 
     `lane`: "bulk" for work nobody waits on (a re-evaluation campaign's topics), which an
     LLM task then sends to LLM_BULK_QUEUE; live work (every trigger, a close) keeps "live".
+    `org`: whose work it is; a model job waits its org's turn (shared/infra/fair.py).
     """
 
     task: str
     kwargs: dict[str, Any] = field(default_factory=dict)
     countdown: float | None = None
     lane: Lane = "live"
+    org: str | None = None
 
     def __post_init__(self) -> None:
         if self.lane == "bulk" and TASK_ROUTES.get(self.task, {}).get("queue") != LLM_QUEUE:
@@ -61,6 +62,12 @@ DELIVER_WEBHOOK = "driftless.deliver_webhook"
 DISPATCH_WEBHOOKS = "driftless.dispatch_webhooks"
 ADVANCE_REEVALUATIONS = "driftless.advance_reevaluations"
 START_STALE_REEVALUATION = "driftless.start_stale_reevaluation"
+EMBED_PENDING = "driftless.embed_pending"
+EMBED_BATCH = "driftless.embed_batch"
+# The ticket of a model job waiting its org's turn: "run the next job of this lane".
+NEXT_MODEL_JOB = "driftless.next_model_job"
+# The jobs that call the model, and so wait in their org's list rather than in the broker.
+MODEL_TASKS = frozenset({SUMMARIZE_TOPIC, EVALUATE_TOPIC})
 
 LLM_QUEUE = "llm"
 # Live work before bulk work: the LLM jobs of a re-evaluation campaign wait in a list of
@@ -78,9 +85,16 @@ FAST_QUEUE = "fast"
 # Deliveries wait on other people's servers: a queue of their own, so that a slow
 # receiver holds webhook slots, never an evaluation's or a debounce's.
 WEBHOOK_QUEUE = "webhooks"
+# Vectors (shared/embeddings/): calls to an embeddings server, never behind a summary's
+# model call. Beat's sweep of new texts goes to `embeddings`; a backfill's (and the
+# reconciler's) batches to `embeddings_bulk`, which the same workers fetch in turn with
+# it as `llm_bulk` with `llm` (above), so a backfill never holds up new texts' sweep.
+EMBEDDINGS_QUEUE = "embeddings"
+EMBEDDINGS_BULK_QUEUE = "embeddings_bulk"
 TASK_ROUTES = {
     SUMMARIZE_TOPIC: {"queue": LLM_QUEUE},
     EVALUATE_TOPIC: {"queue": LLM_QUEUE},
+    NEXT_MODEL_JOB: {"queue": LLM_QUEUE},
     FIRE_DEBOUNCE: {"queue": FAST_QUEUE},
     SWEEP_IDLE: {"queue": FAST_QUEUE},
     RECONCILE: {"queue": FAST_QUEUE},
@@ -90,12 +104,17 @@ TASK_ROUTES = {
     DISPATCH_WEBHOOKS: {"queue": FAST_QUEUE},
     ADVANCE_REEVALUATIONS: {"queue": FAST_QUEUE},
     START_STALE_REEVALUATION: {"queue": FAST_QUEUE},
+    EMBED_PENDING: {"queue": EMBEDDINGS_QUEUE},
+    EMBED_BATCH: {"queue": EMBEDDINGS_BULK_QUEUE},
 }
 # Every queue a worker has to consume: the routes', and the bulk lane of the LLM tasks.
-QUEUES = (LLM_QUEUE, LLM_BULK_QUEUE, FAST_QUEUE, WEBHOOK_QUEUE)
+QUEUES = (
+    LLM_QUEUE, LLM_BULK_QUEUE, FAST_QUEUE, WEBHOOK_QUEUE, EMBEDDINGS_QUEUE, EMBEDDINGS_BULK_QUEUE
+)  # fmt: skip
 # The `lane` label of a queue's jobs in driftless_job_wait_seconds (a bounded set).
 LANE_OF_QUEUE = {LLM_QUEUE: "live", LLM_BULK_QUEUE: "bulk", FAST_QUEUE: "fast",
-                 WEBHOOK_QUEUE: "webhooks"}  # fmt: skip
+                 WEBHOOK_QUEUE: "webhooks", EMBEDDINGS_QUEUE: "embeddings",
+                 EMBEDDINGS_BULK_QUEUE: "embeddings_bulk"}  # fmt: skip
 
 # Custom message headers: when the job was handed to the broker, and when it became due
 # (that plus its countdown). The worker measures queue lag from the latter.
@@ -124,24 +143,42 @@ class TaskSender(Protocol):
     ) -> Any: ...
 
 
-class CeleryJobQueue:
-    """The JobQueue of every process: sends by task name through a Celery app."""
+def ticket(lane: Lane) -> Job:
+    """The broker's half of a model job waiting its org's turn, in the lane's queue."""
+    return Job(NEXT_MODEL_JOB, {"lane": lane}, lane=lane)
 
-    def __init__(self, app: TaskSender) -> None:
+
+class CeleryJobQueue:
+    """The JobQueue of every process: sends by task name through a Celery app.
+
+    With `fair`, a model job due now waits in its org's list and the broker gets its
+    ticket (shared/infra/fair.py); a job with a countdown (a retry's backoff) and every
+    other job go to the broker as they are.
+    """
+
+    def __init__(self, app: TaskSender, fair: FairQueue | None = None) -> None:
         self._app = app
+        self._fair = fair
 
     def send(self, job: Job) -> None:
-        # Live jobs go where TASK_ROUTES sends their task; only the bulk lane overrides it.
-        options = {"queue": LLM_BULK_QUEUE} if job.lane == "bulk" else {}
         try:
-            self._app.send_task(
-                job.task,
-                kwargs=job.kwargs,
-                countdown=job.countdown,
-                headers=job_headers(job.countdown),
-                **options,
-            )
+            if self._fair is not None and job.task in MODEL_TASKS and not job.countdown:
+                self._fair.push(job.lane, FairJob(job.task, job.kwargs, job.org or FLEET))
+                self._send(ticket(job.lane))
+            else:
+                self._send(job)
         except Exception:
             JOBS_SEND_FAILED.labels(job.task).inc()
             raise
         JOBS_ENQUEUED.labels(job.task).inc()
+
+    def _send(self, job: Job) -> None:
+        # Live jobs go where TASK_ROUTES sends their task; only the bulk lane overrides it.
+        options = {"queue": LLM_BULK_QUEUE} if job.lane == "bulk" else {}
+        self._app.send_task(
+            job.task,
+            kwargs=job.kwargs,
+            countdown=job.countdown,
+            headers=job_headers(job.countdown),
+            **options,
+        )

@@ -11,10 +11,12 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import ssl
 import time
 import uuid
 from types import TracebackType
 
+import httpcore2
 import httpx2
 import openai
 from openai.types.chat import ChatCompletion
@@ -42,7 +44,7 @@ COMPLETIONS_PATH = "/chat/completions"
 MAX_REASON_CHARS = 300
 
 
-def _reason(exc: Exception, *, timeout_s: float, max_retries: int) -> str:
+def failure_reason(exc: Exception, *, timeout_s: float, max_retries: int) -> str:
     """One line that says why the call failed, for logs and the evaluation record."""
     attempts = f"after {max_retries + 1} attempt(s)"
     if isinstance(exc, openai.APITimeoutError):
@@ -79,6 +81,26 @@ def connection_limits(calls: int) -> httpx2.Limits:
     )
 
 
+def http_client(
+    tls: ssl.SSLContext, limits: httpx2.Limits, backend: httpcore2.NetworkBackend | None
+) -> httpx2.Client:
+    """An openai client's HTTP client; with `backend`, its connections are the backend's
+    (an org's server: pinned addresses), with no proxy from the environment and no redirects."""
+    if backend is None:
+        return openai.DefaultHttpxClient(verify=tls, limits=limits)
+    transport = httpx2.HTTPTransport(verify=tls, limits=limits, trust_env=False)
+    # httpx2.HTTPTransport takes no network backend; its pool is rebuilt as it builds it
+    # (no proxy, HTTP/1.1), with ours, as the webhook client's is (shared/webhooks/deadline.py).
+    transport._pool = httpcore2.ConnectionPool(
+        ssl_context=tls,
+        max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry,
+        network_backend=backend,
+    )
+    return openai.DefaultHttpxClient(transport=transport, follow_redirects=False, trust_env=False)
+
+
 class OpenAIProvider:
     """The `LLM` protocol over an OpenAI-compatible chat-completions endpoint."""
 
@@ -92,10 +114,14 @@ class OpenAIProvider:
         max_retries: int,
         max_connections: int = 1,
         on_call: CallListener | None = None,
+        network_backend: httpcore2.NetworkBackend | None = None,
     ) -> None:
         """`max_connections`: calls this provider may have in flight at once (the worker's
         concurrency); every one of them keeps its connection between calls. `on_call` is
-        told of every call made, answered or failed (the usage ledger)."""
+        told of every call made, answered or failed (the usage ledger). `network_backend`
+        opens the connections instead of httpcore's own (an org's server: pinned
+        addresses, shared/providers/pinning.py); with it, no proxy from the environment
+        and no redirects."""
         self.model = model
         self.on_call = on_call
         self.timeout_s = timeout_s
@@ -111,7 +137,7 @@ class OpenAIProvider:
                 base_url=base_url,
                 timeout=timeout_s,
                 max_retries=max_retries,
-                http_client=openai.DefaultHttpxClient(verify=tls, limits=limits),
+                http_client=http_client(tls, limits, network_backend),
             )
             for _ in range(clients)
         ]
@@ -165,7 +191,7 @@ class OpenAIProvider:
             )
         # The client wraps transport failures in APIConnectionError/APITimeoutError.
         except openai.OpenAIError as exc:
-            reason = _reason(exc, timeout_s=self.timeout_s, max_retries=self.max_retries)
+            reason = failure_reason(exc, timeout_s=self.timeout_s, max_retries=self.max_retries)
             log.warning("LLM %s call to model %s failed: %s", purpose, self.model, reason)
             self._record(purpose, org_id, started, failed=True)
             raise LLMError(reason, retryable=isinstance(exc, TRANSIENT)) from exc

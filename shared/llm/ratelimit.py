@@ -250,6 +250,42 @@ def estimate_tokens(messages: list[dict[str, str]], *, completion_tokens: int) -
     return prompt + completion_tokens
 
 
+def wait_for_room(
+    bucket: TokenBucket,
+    tokens: int,
+    *,
+    max_wait_s: float,
+    what: str,
+    sleep: Callable[[float], None] = _pause,
+    clock: Callable[[], float] = time.monotonic,
+) -> float:
+    """Wait until `bucket` grants a call of `tokens`; the seconds slept (0: granted at once).
+    Past `max_wait_s`, `RateLimited` (its message begins with `what`): the task retries."""
+    deadline = clock() + max_wait_s
+    slept = 0.0
+    while True:
+        try:
+            result = bucket.try_acquire(tokens)
+        except redis.RedisError as exc:
+            # Without the shared bucket there is no way to know the fleet's rate:
+            # fail closed, the task retries once Redis is back.
+            raise RateLimited(
+                f"the LLM rate limiter is unavailable: {exc}", retry_after_s=5.0
+            ) from exc
+        if result.granted:
+            return slept
+        wait_s = result.wait_ms / 1000
+        remaining = deadline - clock()
+        if wait_s > remaining:
+            raise RateLimited(
+                f"{what}: next slot in {wait_s:.1f}s, past the {max_wait_s:g}s wait limit",
+                retry_after_s=wait_s,
+            )
+        pause = wait_s + random.uniform(0, WAIT_JITTER_S)
+        sleep(pause)
+        slept += pause
+
+
 class RateLimitedLLM:
     """Any `LLM`, taking each call's requests and tokens from a shared bucket first."""
 
@@ -288,27 +324,10 @@ class RateLimitedLLM:
 
     def acquire(self, tokens: int) -> None:
         """Wait until the buckets grant the call, or raise `RateLimited` past max_wait_s."""
-        deadline = self._clock() + self.max_wait_s
-        while True:
-            try:
-                result = self.bucket.try_acquire(tokens)
-            except redis.RedisError as exc:
-                # Without the shared bucket there is no way to know the fleet's rate:
-                # fail closed, the task retries once Redis is back.
-                raise RateLimited(
-                    f"the LLM rate limiter is unavailable: {exc}", retry_after_s=5.0
-                ) from exc
-            if result.granted:
-                return
-            wait_s = result.wait_ms / 1000
-            remaining = deadline - self._clock()
-            if wait_s > remaining:
-                raise RateLimited(
-                    f"LLM quota exhausted for {self.model}: next slot in {wait_s:.1f}s,"
-                    f" past the {self.max_wait_s:g}s wait limit",
-                    retry_after_s=wait_s,
-                )
-            self._sleep(wait_s + random.uniform(0, WAIT_JITTER_S))
+        wait_for_room(
+            self.bucket, tokens, max_wait_s=self.max_wait_s,
+            what=f"LLM quota exhausted for {self.model}", sleep=self._sleep, clock=self._clock,
+        )  # fmt: skip
 
     def _call(self, call: Callable[[], Completion], estimate: int) -> Completion:
         attempt = 0

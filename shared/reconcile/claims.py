@@ -5,15 +5,19 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
+from typing import TypeVar
 
 import redis
 
-from shared.infra.queue import EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
+from shared.infra.queue import EMBED_BATCH, EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
 
 log = logging.getLogger(__name__)
 
 # The reconcile jobs whose items are claimed once sent, by the kind named in the key.
 CLAIM_KINDS = {SUMMARIZE_TOPIC: "summary", EVALUATE_TOPIC: "evaluation"}
+# A batch of vectors claims each of its messages and topics.
+VECTOR_CLAIM_KINDS = {"message_ids": "message_vector", "topic_ids": "topic_vector"}
+Item = TypeVar("Item", uuid.UUID, int)
 
 
 class Claims:
@@ -28,10 +32,10 @@ class Claims:
         self._ttl_s = ttl_s
 
     @staticmethod
-    def _key(kind: str, item: uuid.UUID | str) -> str:
+    def _key(kind: str, item: uuid.UUID | str | int) -> str:
         return f"driftless:reconcile:{kind}:{{{item}}}"
 
-    def unclaimed(self, kind: str, ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+    def unclaimed(self, kind: str, ids: Sequence[Item]) -> list[Item]:
         if not ids:
             return []
         try:
@@ -52,6 +56,10 @@ class Claims:
                     if job.task in CLAIM_KINDS:
                         key = self._key(CLAIM_KINDS[job.task], job.kwargs["topic_id"])
                         pipe.set(key, 1, ex=self._ttl_s)
+                    if job.task == EMBED_BATCH:
+                        for field, kind in VECTOR_CLAIM_KINDS.items():
+                            for item in job.kwargs.get(field, []):
+                                pipe.set(self._key(kind, item), 1, ex=self._ttl_s)
                 pipe.execute()
         except redis.RedisError:
             log.warning("reconcile claims unavailable; the next run may enqueue again")

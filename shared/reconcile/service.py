@@ -14,7 +14,10 @@ each kind below is a condition the database shows when its job never ran:
   beyond their watermark whose session then went quiet: the heartbeat's evaluation would
   have moved the watermark;
 - memory caches: a cached memory block built from an older memory version than the
-  scope's version in PostgreSQL (its invalidation job was lost).
+  scope's version in PostgreSQL (its invalidation job was lost);
+- vectors (while embeddings are on): messages and topics the embedding sweep passed
+  without a vector of the current model (an org's own server failed, a job was lost),
+  sent again as a batch (shared/embeddings/sweep.py: strays).
 
 Every kind is bounded per run, and what was just re-enqueued is not re-enqueued again
 for a while (a claim in Redis), so a queue backlog is not multiplied by each run. All
@@ -32,8 +35,10 @@ from dataclasses import asdict, dataclass
 import redis
 from sqlalchemy import func, select
 
+from shared.embeddings.sweep import BATCH as EMBED_BATCH_SIZE
+from shared.embeddings.sweep import strays
 from shared.infra.db.uow import UnitOfWork
-from shared.infra.queue import EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
+from shared.infra.queue import EMBED_BATCH, EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
 from shared.memory.cache import BLOCK_TTL_S, MemoryCache
 from shared.memory.scope import Scope
 from shared.memory.versions import changed_since
@@ -60,6 +65,8 @@ class Reconciled:
     summaries: int = 0
     evaluations: int = 0
     memory_caches: int = 0
+    message_vectors: int = 0
+    topic_vectors: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -143,6 +150,18 @@ def stale_memory_scopes(
     ]
 
 
+def orgs_of_topics(*, uow: UnitOfWork, topic_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """Each topic's org, as a job's `org` (shared/infra/fair.py); one query."""
+    if not topic_ids:
+        return {}
+    rows = uow.session.execute(
+        select(Topic.id, ChatSession.org_id)
+        .join(ChatSession, ChatSession.id == Topic.session_id)
+        .where(Topic.id.in_(topic_ids))
+    ).all()
+    return {row.id: str(row.org_id) for row in rows}
+
+
 def reconcile_lost_work(
     *,
     uow: UnitOfWork,
@@ -152,6 +171,8 @@ def reconcile_lost_work(
     grace: dt.timedelta,
     drift_interval: int,
     limit: int = RECONCILE_LIMIT,
+    redis_client: redis.Redis | None = None,
+    embedding_model: str | None = None,
 ) -> Reconciled:
     """Enqueue again (after the caller's commit) what PostgreSQL shows was lost, and drop
     stale cached memory blocks right away (the check already holds the cache). The caller
@@ -159,16 +180,17 @@ def reconcile_lost_work(
     summaries = claims.unclaimed(
         "summary", closed_topics_awaiting_summary(uow=uow, closed_before=now - grace, limit=limit)
     )
-    for topic_id in summaries:
-        uow.enqueue(Job(SUMMARIZE_TOPIC, {"topic_id": str(topic_id), "trigger": "reconcile"}))
     evaluations = claims.unclaimed(
         "evaluation",
         heartbeats_never_evaluated(
             uow=uow, quiet_since=now - grace, interval=drift_interval, limit=limit
         ),
     )
-    for topic_id in evaluations:
-        uow.enqueue(Job(EVALUATE_TOPIC, {"topic_id": str(topic_id), "trigger": "reconcile"}))
+    orgs = orgs_of_topics(uow=uow, topic_ids=[*summaries, *evaluations])
+    for task, topic_ids in ((SUMMARIZE_TOPIC, summaries), (EVALUATE_TOPIC, evaluations)):
+        for topic_id in topic_ids:
+            kwargs = {"topic_id": str(topic_id), "trigger": "reconcile"}
+            uow.enqueue(Job(task, kwargs, org=orgs.get(topic_id)))
     try:
         stale = stale_memory_scopes(uow=uow, cache=cache, now=now, limit=limit)
         for scope in stale:
@@ -176,10 +198,36 @@ def reconcile_lost_work(
     except redis.RedisError:  # the summaries and evaluations above must still go out
         log.warning("reconcile: memory cache unavailable, its check waits for the next run")
         stale = []
-    reconciled = Reconciled(len(summaries), len(evaluations), len(stale))
+    messages, topics = _stray_vectors(
+        uow=uow, redis_client=redis_client, claims=claims, model=embedding_model, grace=grace,
+        limit=limit,
+    )  # fmt: skip
+    reconciled = Reconciled(len(summaries), len(evaluations), len(stale), messages, topics)
     if any(reconciled.as_dict().values()):
         log.warning("reconcile: recovered lost work %s", reconciled.as_dict())
     return reconciled
+
+
+def _stray_vectors(
+    *, uow: UnitOfWork, redis_client: redis.Redis | None, claims: Claims, model: str | None,
+    grace: dt.timedelta, limit: int,
+) -> tuple[int, int]:  # fmt: skip
+    """Batch jobs for texts the embedding sweep passed without a vector (counts)."""
+    if model is None or redis_client is None:
+        return 0, 0
+    try:
+        found = strays(uow=uow, redis_client=redis_client, model=model, grace=grace, limit=limit)
+    except redis.RedisError:  # the sweep's cursors are in Redis; the next run looks again
+        log.warning("reconcile: the embedding sweep's cursors unavailable")
+        return 0, 0
+    messages = claims.unclaimed("message_vector", found.message_ids)
+    topics = claims.unclaimed("topic_vector", found.topic_ids)
+    for start in range(0, max(len(messages), len(topics)), EMBED_BATCH_SIZE):
+        uow.enqueue(Job(EMBED_BATCH, {
+            "message_ids": list(messages[start : start + EMBED_BATCH_SIZE]),
+            "topic_ids": [str(t) for t in topics[start : start + EMBED_BATCH_SIZE]],
+        }))  # fmt: skip
+    return len(messages), len(topics)
 
 
 def reconcile(
@@ -189,8 +237,10 @@ def reconcile(
     now: dt.datetime,
     period_s: int,
     drift_interval: int,
+    embedding_model: str | None = None,
 ) -> Reconciled:
-    """The beat's run, every `period_s`: re-enqueue what was lost, then claim what went out."""
+    """The beat's run, every `period_s`: re-enqueue what was lost, then claim what went out.
+    `embedding_model`: the current one while embeddings are on (None: off)."""
     claims = Claims(redis_client, ttl_s=period_s * CLAIM_PERIODS)
     with new_uow() as uow:
         reconciled = reconcile_lost_work(
@@ -200,6 +250,8 @@ def reconcile(
             now=now,
             grace=dt.timedelta(seconds=period_s),
             drift_interval=drift_interval,
+            redis_client=redis_client,
+            embedding_model=embedding_model,
         )
         uow.commit()  # nothing written: this sends the jobs
     claims.record_sent(uow.sent)  # a job the broker refused stays unclaimed

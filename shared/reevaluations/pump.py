@@ -171,7 +171,12 @@ def _enqueue_owed(
         for topic_id, status, _ in rows:
             if topic_id in claimed:
                 uow.enqueue(
-                    reevaluation_job(topic_id=topic_id, status=status, campaign_id=campaign.id)
+                    reevaluation_job(
+                        topic_id=topic_id,
+                        status=status,
+                        campaign_id=campaign.id,
+                        org_id=campaign.org_id,
+                    )
                 )
         campaign.cursor = rows[-1].id
         campaign.enqueued += len(claimed) + len(skipped)
@@ -249,8 +254,9 @@ def _overdue(uow: UnitOfWork, campaign: ReevaluationCampaign, now: dt.datetime) 
         )
         for row in again:
             job = reevaluation_job(
-                topic_id=row.topic_id, status=row.status, campaign_id=campaign.id
-            )
+                topic_id=row.topic_id, status=row.status, campaign_id=campaign.id,
+                org_id=campaign.org_id,
+            )  # fmt: skip
             uow.enqueue(job)
         log.warning(
             "re-evaluation %s: %d jobs never came back; sent again", campaign.id, len(again)

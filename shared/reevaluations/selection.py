@@ -99,11 +99,15 @@ def topics_after(
     return uow.session.execute(query).all()
 
 
-def reevaluation_job(*, topic_id: uuid.UUID, status: str | None, campaign_id: uuid.UUID) -> Job:
+def reevaluation_job(
+    *, topic_id: uuid.UUID, status: str | None, campaign_id: uuid.UUID, org_id: uuid.UUID | None
+) -> Job:
     """A closed topic is re-summarized; the active one gets the full evaluation. Both skip
     work whose summary is current, so a re-run after no change costs no LLM call. A topic
     gone meanwhile (`status` None) gets the summary job, which finds nothing and ends.
-    Both in the bulk lane, behind every live job."""
+    Both in the bulk lane, behind every live job, taking turns by the campaign's org (the
+    fleet's own campaign as one more org: shared/infra/fair.py)."""
     task = EVALUATE_TOPIC if status == "active" else SUMMARIZE_TOPIC
     kwargs = {"topic_id": str(topic_id), "trigger": "reevaluate", "campaign_id": str(campaign_id)}
-    return Job(task, kwargs, lane="bulk")  # behind live work: shared/infra/queue.py
+    org = None if org_id is None else str(org_id)
+    return Job(task, kwargs, lane="bulk", org=org)  # behind live work: shared/infra/queue.py

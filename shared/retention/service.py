@@ -101,7 +101,8 @@ def purge_session(*, uow: UnitOfWork, session_id: uuid.UUID, idle_before: dt.dat
     ).all()
     if behind:
         for topic_id in behind:
-            uow.enqueue(Job(SUMMARIZE_TOPIC, {"topic_id": str(topic_id), "trigger": "retention"}))
+            kwargs = {"topic_id": str(topic_id), "trigger": "retention"}
+            uow.enqueue(Job(SUMMARIZE_TOPIC, kwargs, org=str(session.org_id)))
         return Purged(deferred=1)
     # No foreign key points at a message (forks keep a message id as a plain boundary,
     # tool results pair by tool_call_id), so the rows can go without touching others.

@@ -14,7 +14,8 @@ bench/recall_quality.py (docs/benchmarks.md):
 - **Context.** A message's score adds NEIGHBOUR_WEIGHT × the scores of the NEIGHBOURS
   turns on each side of it in its session: a question's words are often spread over a
   question and its answer. Only the best RERANKED messages by their own score get this
-  (two index probes each).
+  (two index probes each), and the messages of `:also` (a hybrid search's nearest by
+  meaning, which the fusion must score by their words too; empty in a lexical search).
 - **The topic a message belongs to** is ranked beside it, not into it: adding a share of
   the topic's score to each of its messages lifted every turn of a matching topic alike
   and cost recall (with idf weights, a share of 0.3 gave recall@10 0.538 on LoCoMo's dev
@@ -63,7 +64,14 @@ def _score(vector: str) -> str:
     )
 
 
-def _snippet(content: str) -> str:
+# The query's words, OR-ed (see above); no input is a syntax error.
+ANY_WORD = (
+    f"CAST(replace(CAST(plainto_tsquery({SEARCH_CONFIG}, :q) AS text), ' & ', ' | ') AS tsquery)"
+)
+
+
+def snippet(content: str) -> str:
+    """A hit's snippet: the text whole when short, else its best fragment for `query`'s q."""
     return (
         f"CASE WHEN length({content}) <= :whole THEN {content}"
         f" ELSE ts_headline({SEARCH_CONFIG}, {content}, (SELECT q FROM query), :headline) END"
@@ -72,10 +80,7 @@ def _snippet(content: str) -> str:
 
 SEARCH = text(
     f"""
-    WITH query AS (
-        SELECT CAST(replace(CAST(plainto_tsquery({SEARCH_CONFIG}, :q) AS text), ' & ', ' | ')
-                    AS tsquery) AS q
-    ),
+    WITH query AS (SELECT {ANY_WORD} AS q),
     scope AS (
         SELECT id FROM sessions WHERE org_id = :org AND agent_id = :agent AND user_id = :user
     ),
@@ -137,10 +142,15 @@ SEARCH = text(
          ) AS df
     ),
     best AS (
-        SELECT matches.id, matches.session_id, {_score("matches.search_vector")} AS own
-          FROM matches
-         ORDER BY own DESC
-         LIMIT {RERANKED}
+        (SELECT matches.id, matches.session_id, {_score("matches.search_vector")} AS own
+           FROM matches
+          ORDER BY own DESC
+          LIMIT {RERANKED})
+        UNION  -- a hybrid search's nearest messages, scored by their words as well
+        (SELECT m.id, m.session_id, {_score("m.search_vector")}
+           FROM messages m
+          WHERE :messages AND m.id = ANY(CAST(:also AS bigint[]))
+            AND m.session_id IN (SELECT id FROM scope))
     ),
     message_hits AS (
         SELECT best.id, best.own + {NEIGHBOUR_WEIGHT} * coalesce(around.score, 0) AS score
@@ -169,14 +179,14 @@ SEARCH = text(
          LIMIT :limit
     )
     SELECT 'message' AS kind, m.id AS message_id, m.session_id, m.topic_id, t.title,
-           {_snippet("m.content")} AS snippet,
+           {snippet("m.content")} AS snippet,
            t.keep_in_memory, t.deprecated, hit.score, m.created_at
       FROM message_hits hit
       JOIN messages m ON m.id = hit.id
       JOIN topics t ON t.id = m.topic_id
     UNION ALL
     SELECT 'topic', NULL, t.session_id, t.id, t.title,
-           {_snippet("coalesce(t.summary, t.title, '')")},
+           {snippet("coalesce(t.summary, t.title, '')")},
            t.keep_in_memory, t.deprecated, hit.score, t.created_at
       FROM topic_hits hit
       JOIN topics t ON t.id = hit.id

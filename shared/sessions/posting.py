@@ -130,7 +130,8 @@ def post_messages(
     after = rows[0].message_count
     heartbeat = crosses_heartbeat(before=after - counted, after=after, interval=drift_interval)
     if heartbeat:
-        job = Job(EVALUATE_TOPIC, {"topic_id": str(stored[-1].topic_id), "trigger": "heartbeat"})
+        kwargs = {"topic_id": str(stored[-1].topic_id), "trigger": "heartbeat"}
+        job = Job(EVALUATE_TOPIC, kwargs, org=str(org_id))
         uow.enqueue(job)
     return PostedMessages(messages=stored, drift_evaluation_enqueued=heartbeat)
 

@@ -98,7 +98,8 @@ def open_topic(
     uow.session.flush()
     uow.session.refresh(topic)
     if prior.last_message_id is not None:  # an empty topic has nothing to summarize
-        uow.enqueue(Job(SUMMARIZE_TOPIC, {"topic_id": str(prior.id), "trigger": "topic_closed"}))
+        kwargs = {"topic_id": str(prior.id), "trigger": "topic_closed"}
+        uow.enqueue(Job(SUMMARIZE_TOPIC, kwargs, org=str(org_id)))
     return topic
 
 

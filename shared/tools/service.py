@@ -25,7 +25,7 @@ from shared.facts.service import merge_facts, read_facts, unset_fact
 from shared.infra.db.uow import UnitOfWork
 from shared.memory.scope import Scope
 from shared.notes.service import NotesView, append_notes, read_notes, replace_notes
-from shared.search.service import SearchQuery, hit_json, search
+from shared.search.service import QueryVectors, SearchQuery, hit_json, search
 from shared.sessions.models import ChatSession, Message
 from shared.sessions.service import active_topic, append_message, load_session
 from shared.tools import arguments as args
@@ -68,10 +68,10 @@ def _run_notes(uow: UnitOfWork, session: ChatSession, topic: Topic, call: Any) -
 
 def _run_important_info(uow: UnitOfWork, scope: Scope, call: Any) -> ToolResult:
     if isinstance(call, args.FactSet):
-        merge_facts(uow=uow, scope=scope, facts={call.key: call.value})
+        merge_facts(uow=uow, scope=scope, facts={call.key: call.value}, changed_by="agent")
         return ToolResult(ok=True, result={"key": call.key, "value": call.value})
     if isinstance(call, args.FactUnset):
-        removed = unset_fact(uow=uow, scope=scope, key=call.key)
+        removed = unset_fact(uow=uow, scope=scope, key=call.key, changed_by="agent")
         return ToolResult(ok=True, result={"key": call.key, "removed": removed})
     facts = read_facts(uow=uow, scope=scope)
     if call.key is None:
@@ -90,12 +90,17 @@ def _run_manage_topic_memory(uow: UnitOfWork, scope: Scope, call: args.CurateTop
     )
 
 
-def _run_recall(uow: UnitOfWork, scope: Scope, call: args.Recall) -> ToolResult:
+def _run_recall(
+    uow: UnitOfWork, scope: Scope, call: args.Recall, vectors: QueryVectors | None
+) -> ToolResult:
+    asked = SearchQuery(scope=scope, q=call.query, limit=call.limit)
     try:
-        hits = search(uow=uow, query=SearchQuery(scope=scope, q=call.query, limit=call.limit))
+        found = search(uow=uow, query=asked, vectors=vectors)
     except Invalid as exc:  # a query the search refuses (NUL, blank): the agent can rephrase
         return ToolResult(ok=False, error=exc.message)
-    return ToolResult(ok=True, result={"results": [hit_json(hit) for hit in hits]})
+    return ToolResult(
+        ok=True, result={"results": [hit_json(hit) for hit in found.hits], "mode": found.mode}
+    )
 
 
 def _stored_result(
@@ -134,8 +139,10 @@ def execute_tool(
     name: str,
     arguments: Any,
     tool_call_id: str | None,
+    vectors: QueryVectors | None = None,
 ) -> ToolResult:
     """Run a built-in tool; a refusal is a result `{ok: false}`, bad arguments are Invalid.
+    `vectors`: a recall's query vectors, as the HTTP search has them (hybrid search).
 
     A toolCallId this session already ran answers that run's result, without running.
     """
@@ -161,7 +168,7 @@ def execute_tool(
         elif name == "important_info":
             result = _run_important_info(uow, scope, call)
         elif name == "recall":
-            result = _run_recall(uow, scope, call)
+            result = _run_recall(uow, scope, call, vectors)
         else:
             result = _run_manage_topic_memory(uow, scope, call)
     except TooLarge as exc:  # the services wrote nothing; the agent can shorten and retry

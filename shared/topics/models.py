@@ -70,6 +70,12 @@ class Topic(Base):
         ),
         # Recall (shared/search/): full-text search of a scope's topics.
         Index("ix_topics_search_vector", "search_vector", postgresql_using="gin"),
+        # The embedding sweep's cursor: topics summarized since it last looked.
+        Index(
+            "ix_topics_summarized_at",
+            "summarized_at",
+            postgresql_where=text("summarized_at IS NOT NULL"),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)

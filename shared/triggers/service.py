@@ -30,15 +30,17 @@ def debounce_trigger(
     topic_id: uuid.UUID,
     last_message_id: int | None,
     trigger: str,
+    org_id: uuid.UUID | None = None,
 ) -> EvaluateStatus:
-    """Register a trigger; on the first of a burst, send the one fire job for it.
+    """Register a trigger; on the first of a burst, send the one fire job for it (which
+    carries the org, whose turn its evaluation then waits: shared/infra/fair.py).
 
     Best effort by design (R29): Redis or the broker being down is `dropped`, logged,
     never an error for the caller.
     """
     status = _debounce(
         debouncer=debouncer, queue=queue, topic_id=topic_id, last_message_id=last_message_id,
-        trigger=trigger,
+        trigger=trigger, org_id=org_id,
     )  # fmt: skip
     DEBOUNCE.labels(trigger, status).inc()
     return status
@@ -51,6 +53,7 @@ def _debounce(
     topic_id: uuid.UUID,
     last_message_id: int | None,
     trigger: str,
+    org_id: uuid.UUID | None,
 ) -> EvaluateStatus:
     try:
         result = debouncer.trigger(topic_id, last_message_id=last_message_id)
@@ -59,11 +62,10 @@ def _debounce(
         return "dropped"
     if result.status != "scheduled":
         return result.status
-    job = Job(
-        FIRE_DEBOUNCE,
-        {"topic_id": str(topic_id), "token": result.token, "trigger": trigger},
-        countdown=result.delay_ms / 1000,
-    )
+    kwargs = {"topic_id": str(topic_id), "token": result.token, "trigger": trigger}
+    if org_id is not None:
+        kwargs["org"] = str(org_id)
+    job = Job(FIRE_DEBOUNCE, kwargs, countdown=result.delay_ms / 1000)
     try:
         queue.send(job)
     except Exception:
@@ -82,15 +84,20 @@ class Fired:
     send: Job | None
 
 
-def fire_debounce(*, debouncer: Debouncer, topic_id: uuid.UUID, token: str, trigger: str) -> Fired:
+def fire_debounce(
+    *, debouncer: Debouncer, topic_id: uuid.UUID, token: str, trigger: str, org: str | None = None
+) -> Fired:
     """R27: the burst of `token` has been quiet long enough (or waited the maximum):
     evaluate now; a later trigger moved the deadline: look again when it is due; the
-    burst is gone (fired by another worker, or forgotten): nothing."""
+    burst is gone (fired by another worker, or forgotten): nothing. `org` rides along."""
     fired = debouncer.fire(topic_id, token)
     if fired.status == "fire":
-        return Fired("fire", Job(EVALUATE_TOPIC, {"topic_id": str(topic_id), "trigger": trigger}))
+        evaluation = {"topic_id": str(topic_id), "trigger": trigger}
+        return Fired("fire", Job(EVALUATE_TOPIC, evaluation, org=org))
     if fired.status == "wait":
         kwargs = {"topic_id": str(topic_id), "token": token, "trigger": trigger}
+        if org is not None:
+            kwargs["org"] = org
         return Fired("wait", Job(FIRE_DEBOUNCE, kwargs, countdown=fired.remaining_ms / 1000))
     return Fired("stale", None)
 

@@ -88,6 +88,8 @@ class OrgUsage:
     prompt_tokens: int
     completion_tokens: int
     by_model: dict[str, Tally]
+    # Its tokens this month are used up: set by shared/orgs/service.py, where budgets are.
+    budget_exhausted: bool = False
 
 
 def org_usage(*, uow: UnitOfWork, org_id: uuid.UUID, since: dt.datetime | None) -> OrgUsage:

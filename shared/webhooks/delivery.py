@@ -55,10 +55,10 @@ from shared.infra.metrics import (
     count_on_commit,
 )
 from shared.infra.queue import DELIVER_WEBHOOK, Job
+from shared.infra.sealing import SecretBox, SecretUnavailable
+from shared.infra.targets import Resolver, Target, UnsafeTarget, pin_target, resolve_system
 from shared.webhooks.deadline import attempt_deadline, time_left
-from shared.webhooks.secrets import SecretBox, SecretUnavailable
 from shared.webhooks.slots import ORG_WAIT_S, Slot, WebhookSlots
-from shared.webhooks.targets import Resolver, Target, UnsafeTarget, pin_target, resolve_system
 
 log = logging.getLogger(__name__)
 

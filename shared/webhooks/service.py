@@ -5,18 +5,19 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import delete, func, select
 
 from shared.domain.errors import Conflict, Invalid, NotFound
 from shared.infra.db.uow import UnitOfWork
+from shared.infra.sealing import SecretBox
+from shared.infra.targets import UnsafeTarget, check_target
 from shared.webhooks.delivery import overdue_jobs
-from shared.webhooks.events import EVENT_TYPES, purge_old_events
+from shared.webhooks.events import EVENT_TYPES, PURGE_PASS_S, purge_old_events
 from shared.webhooks.models import Webhook, WebhookDelivery, WebhookEvent
-from shared.webhooks.secrets import SecretBox, checked_secret, new_secret
-from shared.webhooks.targets import UnsafeTarget, check_target
+from shared.webhooks.secrets import checked_secret, new_secret
 
 log = logging.getLogger(__name__)
 
@@ -140,11 +141,16 @@ def _view(delivery: WebhookDelivery, event_type: str) -> DeliveryView:
     )
 
 
-def dispatch_overdue(*, uow: UnitOfWork, now: dt.datetime, period_s: float) -> int:
-    """Beat: a job per delivery overdue past its period (sent on commit), old events purged."""
-    jobs = overdue_jobs(uow, now=now, grace=dt.timedelta(seconds=period_s))
-    for job in jobs:
-        uow.enqueue(job)
-    purge_old_events(uow, now=now)
-    uow.commit()
-    return len(jobs)
+def dispatch_overdue(
+    *, new_uow: Callable[[], UnitOfWork], now: dt.datetime, period_s: float
+) -> dict[str, int]:
+    """Beat: a job per delivery overdue past its period (sent on commit), then old events
+    purged in batches for at most half the period (counts of both)."""
+    with new_uow() as uow:
+        jobs = overdue_jobs(uow, now=now, grace=dt.timedelta(seconds=period_s))
+        for job in jobs:
+            uow.enqueue(job)
+        uow.commit()
+    # Half the period at most: a pass ends before beat sends the next one.
+    purged = purge_old_events(new_uow=new_uow, now=now, budget_s=min(PURGE_PASS_S, period_s / 2))
+    return {"sent": len(jobs), "purged": purged}

@@ -3,6 +3,8 @@ active topic, and the durable facts card adds, edits and deletes the scope's fac
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -64,4 +66,25 @@ def test_the_facts_card_adds_edits_and_deletes_the_scopes_facts(
     facts.get_by_role("button", name="Delete deadline").click()
     expect(facts.locator('[data-fact-key="deadline"]')).to_have_count(0)
     assert _facts(api) == {"timezone": {"zone": "Europe/Berlin"}}
+    assert js_errors == []
+
+
+def test_the_export_button_downloads_the_scopes_export(
+    page: Page, live_server: LiveServer, console_key: str, api: Api, js_errors: list[str]
+) -> None:
+    session = _new_session(api)
+    api("PUT", "/facts?agentId=planner&userId=ada", {"timezone": "Europe/Rome"})
+    _open_session(page, live_server.url, console_key, session["id"])
+    facts = page.locator(".facts")
+    expect(facts).to_contain_text("Scope planner / ada")
+    with page.expect_download() as download:
+        facts.locator("button.export").click()
+    assert download.value.suggested_filename == "driftless-planner-ada.ndjson"
+    lines = [json.loads(line) for line in Path(download.value.path()).read_text().splitlines()]
+    assert lines[0]["type"] == "header"
+    assert lines[0]["scope"] == {"agentId": "planner", "userId": "ada"}
+    assert session["id"] in {line["id"] for line in lines if line["type"] == "session"}
+    assert ("timezone", "Europe/Rome") in {
+        (line["key"], line["value"]) for line in lines if line["type"] == "fact"
+    }
     assert js_errors == []

@@ -77,6 +77,8 @@ async def test_a_session_round_trip_through_the_async_client(client: AsyncClient
     assert await client.facts("async-bot", "user-1") == {"facts": {"party": 2}}
     await client.delete_fact("async-bot", "user-1", "party")
     assert await client.facts("async-bot", "user-1") == {"facts": {}}
+    party = (await client.facts_history("async-bot", "user-1", "party"))["history"]
+    assert [(v["value"], v["removedBy"]) for v in party] == [(2, "user")]
 
     assert (await client.evaluate(sid, "navigation"))["status"] in {
         "scheduled",
@@ -117,3 +119,12 @@ async def test_the_async_events_stream_starts_with_ready(client: AsyncClient) ->
     sid = (await client.create_session("async-bot", "user-3"))["id"]
     async with contextlib.aclosing(client.events(sid)) as events:
         assert await anext(events) == {"event": "ready", "data": {}}
+
+
+@pytest.mark.anyio
+async def test_the_async_export_streams_the_scope_header_first(client: AsyncClient) -> None:
+    sid = (await client.create_session("async-export-bot", "user-4"))["id"]
+    await client.post_messages(sid, {"role": "user", "content": "hello"})
+    async with contextlib.aclosing(client.export("async-export-bot", "user-4")) as lines:
+        kinds = [line["type"] async for line in lines]
+    assert kinds[0] == "header" and kinds.count("message") == 1

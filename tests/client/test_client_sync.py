@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 import pytest
 
 from driftless_client import ApiError, Client
-from driftless_client._api import API_PREFIX, Call, Operations, events_call
+from driftless_client._api import API_PREFIX, Call, Operations, events_call, export_call
 from tests.client.conftest import System
 from tests.faults.procs import wait_until
 from tests.helpers import wait_for
@@ -112,6 +114,15 @@ def test_facts_are_merged_read_and_deleted(client: Client) -> None:
     assert client.facts("support-bot", "user-3") == {"facts": {"plan": "pro", "seats": 5}}
     assert client.delete_fact("support-bot", "user-3", "plan") is None
     assert client.facts("support-bot", "user-3") == {"facts": {"seats": 5}}
+    seats = client.facts_history("support-bot", "user-3", "seats")["history"]
+    assert [(v["value"], v["changedBy"]) for v in seats] == [(5, "user"), (3, "user")]
+    assert seats[0]["validTo"] is None and seats[1]["validTo"] == seats[0]["validFrom"]
+    page = client.facts_history("support-bot", "user-3", "seats", limit=1)
+    assert page["history"] == seats[:1]
+    rest = client.facts_history("support-bot", "user-3", "seats", before=page["nextBefore"])
+    assert rest["history"] == seats[1:]
+    plan = client.facts_history("support-bot", "user-3", "plan")["history"]
+    assert plan[0]["removedBy"] == "user"
 
 
 def test_an_exit_trigger_is_scheduled_and_the_worker_evaluates_the_topic(
@@ -169,6 +180,11 @@ def test_the_orgs_usage_counts_the_llm_calls_the_worker_made_for_it(
         client.usage(since="2026-01-01T00:00:00")  # no timezone: which moment?
     assert (raised.value.status, raised.value.code) == (422, "validation_error")
     assert raised.value.message.startswith("since: ")
+    # No budget by default: the fleet's limits, this month's tokens, never exhausted.
+    limits = client.limits()
+    assert (limits["llmRpm"], limits["monthlyTokens"], limits["budgetExhausted"]) == (0, 0, False)
+    assert limits["tokensUsed"] == usage["promptTokens"] + usage["completionTokens"]
+    assert limits["month"] == dt.datetime.now(dt.UTC).strftime("%Y-%m")
 
 
 def test_a_reevaluation_is_started_read_listed_and_cancelled(client: Client) -> None:
@@ -327,6 +343,45 @@ def test_the_session_events_stream_starts_with_ready_and_closes_with_the_iterato
         assert next(events) == {"event": "ready", "data": {}}
 
 
+def test_a_scopes_export_streams_as_dicts_header_first(client: Client) -> None:
+    sid = client.create_session("export-bot", ODD_USER)["id"]
+    client.post_messages(sid, {"role": "user", "content": "Remember the blue door."})
+    client.merge_facts("export-bot", ODD_USER, {"door": "blue"})
+    with contextlib.closing(client.export("export-bot", ODD_USER)) as lines:
+        exported = list(lines)
+    assert exported[0]["type"] == "header" and exported[0]["version"] == 1
+    assert exported[0]["scope"] == {"agentId": "export-bot", "userId": ODD_USER}
+    assert [line["id"] for line in exported if line["type"] == "session"] == [sid]
+    said = [line["content"] for line in exported if line["type"] == "message"]
+    assert said == ["Remember the blue door."]
+    assert [(f["key"], f["value"]) for f in exported if f["type"] == "fact"] == [("door", "blue")]
+    # Another agent of the org: the header only.
+    assert [line["type"] for line in client.export("no-such-bot")] == ["header"]
+
+
+def test_an_export_imports_once_and_a_chat_history_file_becomes_a_session(
+    client: Client, tmp_path: Path
+) -> None:
+    sid = client.create_session("import-bot", ODD_USER)["id"]
+    client.post_messages(sid, {"role": "user", "content": "Paint the door red."})
+    exported = list(client.export("import-bot", ODD_USER))
+    # Into the same org it is a copy under new ids; the second time nothing is new.
+    assert client.import_(exported)["imported"]["sessions"] == 1
+    assert client.import_(exported)["imported"]["skippedSessions"] == 1
+    history = tmp_path / "history.jsonl"
+    history.write_text(json.dumps([{"role": "user", "content": "Which door?"}]) + "\n")
+    imported = client.import_file(
+        history, format="openai-chat", agent_id="import-bot", user_id=ODD_USER
+    )
+    assert imported["imported"] == {
+        "sessions": 1, "skippedSessions": 0, "topics": 1, "messages": 1, "agents": 0, "facts": 0,
+    }  # fmt: skip
+    assert len(client.sessions("import-bot", ODD_USER)["sessions"]) == 3
+    with pytest.raises(ApiError) as refused:
+        client.import_('{"type": "header", "version": 9}')
+    assert refused.value.status == 422 and "line 1" in refused.value.message
+
+
 class _Recorder(Operations[Call, Call]):
     """The operations, answering the request each would send."""
 
@@ -356,6 +411,9 @@ def test_the_client_has_one_method_for_every_operation_of_the_openapi_document(
         "create_topic": r.create_topic(sid),
         "evaluate": r.evaluate(sid, "manual"),
         "events": events_call(sid),
+        "export": export_call("a", "u"),
+        "import_": r.import_(b""),
+        "import_file": r.import_file(__file__),  # any file: only its request is built
         "context": r.context(sid),
         "set_working_memory": r.set_working_memory(sid, {}),
         "tools": r.tools(),
@@ -370,7 +428,9 @@ def test_the_client_has_one_method_for_every_operation_of_the_openapi_document(
         "facts": r.facts("a", "u"),
         "merge_facts": r.merge_facts("a", "u", {}),
         "delete_fact": r.delete_fact("a", "u", "{key}"),
+        "facts_history": r.facts_history("a", "u", "k"),
         "usage": r.usage(),
+        "limits": r.limits(),
         "search": r.search("a", "u", "q"),
         "start_reevaluation": r.start_reevaluation(),
         "reevaluations": r.reevaluations(),
@@ -380,6 +440,9 @@ def test_the_client_has_one_method_for_every_operation_of_the_openapi_document(
         "webhooks": r.webhooks(),
         "delete_webhook": r.delete_webhook("{webhook_id}"),
         "webhook_deliveries": r.webhook_deliveries("{webhook_id}"),
+        "set_provider": r.set_provider("sk-probe", "probe-model"),
+        "provider": r.provider(),
+        "delete_provider": r.delete_provider(),
         "openapi": r.openapi(),
     }
     public = {name for name in dir(Client) if not name.startswith("_")} - {"close"}

@@ -115,14 +115,17 @@ def test_a_user_with_the_longest_ids_is_written_read_and_erased(api: Api) -> Non
     assert api.call("GET", "/agents-api/memory", **scope)[0] == 200
     assert api.call("GET", "/agents-api/search", q="hello", **scope)[0] == 200
     assert api.call("DELETE", f"/agents-api/facts/{key}", **scope)[0] == 204
+    status, history = api.call("GET", "/agents-api/facts/history", key=KEY, **scope)
+    assert (status, [v["removedBy"] for v in history["history"]]) == (200, ["user"])
 
     status, erased = api.call("DELETE", f"/agents-api/agents/{agent}/users/{user}")
 
     assert status == 200, erased
     assert erased["erased"]["sessions"] == 1
     assert api.call("GET", "/agents-api/sessions", **scope) == (200, {"sessions": []})
-    # DELETE /facts/{key} with both ids: the Procfile's 7,251 bytes, past gunicorn's default.
-    assert api.longest_line == 7251 > GUNICORN_DEFAULT_LIMIT
+    # GET /facts/history with both ids and the key: the Procfile's 7,260 bytes, past
+    # gunicorn's default.
+    assert api.longest_line == 7260 > GUNICORN_DEFAULT_LIMIT
 
 
 def test_a_path_that_is_not_utf8_is_a_json_400_naming_it(api: Api) -> None:

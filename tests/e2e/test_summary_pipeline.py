@@ -57,14 +57,16 @@ def test_a_redelivered_summary_job_changes_nothing(
     task_postrun.connect(record, weak=False)
     try:
         client.post(f"/agents-api/sessions/{session['id']}/topics", headers=live_auth)
-        wait_for(lambda: len(finished) == 1 or None, what="the first summary")
-        summarized_at = _summarized_at(committed_factory, topic_id)
+        # The close's job runs under its org's ticket (shared/infra/fair.py): watch the row.
+        summarized_at = wait_for(
+            lambda: _summarized_at(committed_factory, topic_id), what="the first summary"
+        )
         # The same job delivered twice more, as acks_late redelivery would.
         for _ in range(2):
             celery_app.send_task(
                 SUMMARIZE_TOPIC, kwargs={"topic_id": topic_id, "trigger": "reconcile"}
             )
-        wait_for(lambda: len(finished) == 3 or None, what="both repeats to run")
+        wait_for(lambda: len(finished) == 2 or None, what="both repeats to run")
     finally:
         task_postrun.disconnect(record)
     with committed_factory() as db:

@@ -25,6 +25,7 @@ from pathlib import Path
 import redis
 
 from shared.infra.config import ENVIRONMENT
+from shared.infra.queue import QUEUES
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,7 +161,7 @@ class Processes:
         # only slow a start down (a second of neighbour search).
         argv = [
             str(BIN / "celery"), "-A", "worker.main", "worker",
-            "--queues", "llm,llm_bulk,fast,webhooks",
+            "--queues", ",".join(QUEUES),  # every queue, as the Procfile's worker
             "--pool", pool, "--concurrency", str(concurrency), "--loglevel", "INFO",
             "--without-mingle", "--without-gossip",
         ]  # fmt: skip

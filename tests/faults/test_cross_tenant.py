@@ -42,11 +42,13 @@ from shared.auth.service import org_for_key
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import RecordingQueue
 from shared.llm.base import LLMCall, Usage
+from shared.portability.format import dump_line
 from shared.usage.service import record_llm_usage
 from shared.webhooks.events import EVENT_TYPES
 from tests.conftest import new_key
 from tests.faults.conftest import report
 from tests.helpers import new_session, post_message
+from tests.integration.portability.export_file import body, export_lines, session_lines
 from web.runtime import unit_of_work
 
 PREFIX = "/agents-api/"
@@ -126,6 +128,13 @@ def _make_world(client: FlaskClient, factory: sessionmaker[Session]) -> World:
     # Subscribed first, so the changes below are events with deliveries.
     webhook = {"url": f"http://8.8.8.8/hooks/{secret}", "events": list(EVENT_TYPES)}
     webhook_id = ok(client.post("/agents-api/webhooks", json=webhook, headers=auth))["id"]
+    # Its own model: B must neither see it (nor its key) nor change or remove it.
+    provider = {
+        "baseUrl": f"http://8.8.8.8/{secret}/v1",
+        "apiKey": f"key-{secret}",
+        "model": secret,
+    }
+    ok(client.put("/agents-api/provider", json=provider, headers=auth))
     session = new_session(client, auth, agent=agent, user=user)
     sid, closed = session["id"], session["activeTopicId"]
     for n in range(6):
@@ -233,8 +242,29 @@ def _minimal(schema: dict[str, Any], names: dict[str, list[str]], field_name: st
     )
 
 
+def _export_naming(ids: dict[str, list[str]]) -> str:
+    """An export (NDJSON) of a session under the ids' session, topics, agent and user as
+    its source ids: imported, it lands in the caller's org under ids of its own."""
+
+    def as_uuid(value: str) -> uuid.UUID:  # the path probe's placeholders are not ids
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            return uuid.uuid5(uuid.NAMESPACE_URL, value)
+
+    agent, user = ids["agentId"][0], ids["userId"][0]
+    header, profile = export_lines(sessions=0, agent=agent, user=user)[:2]
+    session = session_lines(
+        session_id=as_uuid(ids["sid"][0]), first_message_id=1, messages=4, agent=agent,
+        user=user, topic_ids=(as_uuid(ids["tid"][0]), as_uuid(ids["tid"][-1])),
+    )  # fmt: skip
+    return body([header, profile, *(dump_line(line) for line in session)]).decode()
+
+
 def _body(route: Route, path: dict[str, str], ids: dict[str, list[str]]) -> Any:
     """The route's body: minimal and valid, with ids from `ids` wherever a field names one."""
+    if route.path == "/agents-api/import":  # a streamed NDJSON body, not a JSON document
+        return _export_naming(ids)
     if route.body_schema is None:
         return None
     if route.path.endswith("/tools/{name}"):
@@ -340,8 +370,10 @@ class Observer:
 
 
 def _answer(client: FlaskClient, call: Call, auth: dict[str, str]) -> tuple[int, str]:
+    # A text body is NDJSON (POST /import); every other body is a JSON document.
+    content = {"data": call.body} if isinstance(call.body, str) else {"json": call.body}
     response = client.open(
-        call.url, method=call.route.method, json=call.body, headers=auth, buffered=False
+        call.url, method=call.route.method, headers=auth, buffered=False, **content
     )
     try:
         if response.mimetype == "text/event-stream":
@@ -513,21 +545,35 @@ def test_list_endpoints_show_another_org_nothing(
     assert client.get(f"/agents-api/sessions?{scope}", headers=b_auth).json == {"sessions": []}
     assert client.get("/agents-api/scopes", headers=b_auth).json == {"scopes": []}
     assert client.get(f"/agents-api/facts?{scope}", headers=b_auth).json == {"facts": {}}
+    history = f"/agents-api/facts/history?{scope}&key={a.fact_key}"
+    assert client.get(history, headers=b_auth).json == {"history": [], "nextBefore": None}
+    export = client.get(f"/agents-api/export?{scope}", headers=b_auth).text.splitlines()
+    assert [json.loads(line)["type"] for line in export] == ["header"]
+    assert a.secret not in client.get("/agents-api/export", headers=b_auth).text
     memory: Any = client.get(f"/agents-api/memory?{scope}", headers=b_auth).json
     assert memory["entries"] == [] and memory["tokens"] == 0
     usage: Any = client.get("/agents-api/usage", headers=b_auth).json
     assert (usage["llmCalls"], usage["promptTokens"], usage["byModel"]) == (0, 0, {})
+    assert client.get("/agents-api/limits", headers=b_auth).json["tokensUsed"] == 0
     assert client.get("/agents-api/webhooks", headers=b_auth).json == {"webhooks": []}
     assert client.get("/agents-api/reevaluations", headers=b_auth).json == {"reevaluations": []}
+    assert (client.get("/agents-api/provider", headers=b_auth).json or {})["source"] == "fleet"
     # ...while A, asking the same, sees its own.
     mine: Any = client.get(f"/agents-api/sessions?{scope}", headers=a.auth).json
     assert [s["id"] for s in mine["sessions"]] == [a.sid]
     assert client.get(f"/agents-api/facts?{scope}", headers=a.auth).json == {
         "facts": {a.fact_key: a.secret}
     }
+    assert a.secret in client.get(f"/agents-api/export?{scope}", headers=a.auth).text
+    own_history: Any = client.get(history, headers=a.auth).json
+    assert [v["value"] for v in own_history["history"]] == [a.secret]
+    assert client.get("/agents-api/limits", headers=a.auth).json["tokensUsed"] == 10
     own_usage: Any = client.get("/agents-api/usage", headers=a.auth).json
     assert list(own_usage["byModel"]) == [f"model-{a.secret}"]
     own_webhooks: Any = client.get("/agents-api/webhooks", headers=a.auth).json
     assert [w["id"] for w in own_webhooks["webhooks"]] == [a.webhook_id]
+    own_provider = client.get("/agents-api/provider", headers=a.auth)
+    assert (own_provider.json or {})["model"] == a.secret
+    assert f"key-{a.secret}" not in own_provider.get_data(as_text=True)  # not even to A
     own_campaigns: Any = client.get("/agents-api/reevaluations", headers=a.auth).json
     assert [c["id"] for c in own_campaigns["reevaluations"]] == [a.reevaluation_id]

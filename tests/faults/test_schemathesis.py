@@ -18,6 +18,7 @@ with a random one, an operation reached only a few times could miss every 2xx by
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -50,6 +51,7 @@ from shared.webhooks.events import EVENT_TYPES
 from tests.conftest import new_key
 from tests.faults.conftest import report
 from tests.helpers import new_session, post_message
+from tests.integration.portability.export_file import export_lines
 from web.app import create_app
 
 # Examples per operation and generation mode; the whole file stays around a minute.
@@ -243,7 +245,35 @@ def flatmap_case(context: Any, case: Any) -> Any:
         return st.one_of(st.just(case), _coherent_message(case))
     if path.endswith("/webhooks") and context.operation.method.upper() == "POST":
         return st.one_of(st.just(case), _coherent_subscription(case))
+    if path.endswith("/provider") and context.operation.method.upper() == "PUT":
+        return st.one_of(st.just(case), _coherent_provider(case))
+    if path.endswith("/import"):
+        return st.one_of(st.just(case), _coherent_import(case))
     return st.just(case)
+
+
+@schemathesis.serializer("application/x-ndjson")
+def _ndjson(context: Any, value: Any) -> bytes:
+    """POST /import's streamed body: text as it is (lone surrogates too, as raw bytes a
+    client could send), anything else as one JSON line."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8", errors="surrogatepass")
+    return json.dumps(value).encode()
+
+
+@st.composite
+def _coherent_import(draw: st.DrawFn, case: Any) -> Any:
+    """An export of fresh sessions with one of its lines perhaps fuzzed: generated text
+    is almost never a header line, so the importer's later lines would go unreached."""
+    lines = export_lines(sessions=1, messages=draw(st.integers(1, 6)))
+    if draw(st.booleans()):
+        at = draw(st.integers(0, len(lines) - 1))
+        lines[at] = draw(st.one_of(st.text(max_size=80), st.just(lines[at][: len(lines[at]) // 2])))
+    case.query = {}
+    case.body = "\n".join(lines)
+    return case
 
 
 @st.composite
@@ -274,6 +304,19 @@ def _coherent_subscription(draw: st.DrawFn, case: Any) -> Any:
     types = st.sampled_from(list(EVENT_TYPES))
     events = draw(st.lists(types, min_size=1, max_size=len(EVENT_TYPES)))
     case.body = {"url": f"https://8.8.8.8/{path}", "events": events}
+    return case
+
+
+@st.composite
+def _coherent_provider(draw: st.DrawFn, case: Any) -> Any:
+    """A model server on a public address (or the fleet's) and a key and model name of one
+    word: generated strings are almost never all three."""
+    letters = st.characters(codec="ascii", categories=["L", "N"])
+    word = st.text(alphabet=letters, min_size=1, max_size=40)
+    body = {"apiKey": draw(word), "model": draw(word)}
+    if draw(st.booleans()):
+        body["baseUrl"] = f"https://8.8.8.8/{draw(word)}"
+    case.body = body
     return case
 
 

@@ -15,6 +15,7 @@ import re
 import threading
 import time
 import uuid
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -46,10 +47,10 @@ def summary_of_tokens(body: dict[str, Any]) -> str:
     )
 
 
-def post_conversations(api: Api) -> dict[uuid.UUID, list[str]]:
+def post_conversations(api: Api, sessions: int) -> dict[uuid.UUID, list[str]]:
     """Closed topics with their messages' tokens; every answer must be a 2xx."""
     closed: dict[uuid.UUID, list[str]] = {}
-    for _ in range(SESSIONS):
+    for _ in range(sessions):
         session = api.new_session()
         for _ in range(TOPICS_PER_SESSION):
             tokens = [f"tok-{uuid.uuid4().hex[:10]}" for _ in range(MESSAGES_PER_TOPIC)]
@@ -87,8 +88,9 @@ def test_kill_9_mid_summary_every_topic_summarized_exactly_once(
     )
     port = free_port()
     *_, worker = processes.system(env, port, web_workers=1)
-    key = new_api_key(fresh_database)
-    api = Api(port, key)
+    # Two orgs: their summaries wait in their orgs' lists, served in turn by tickets
+    # (shared/infra/fair.py), and a kill may take a job popped from either.
+    keys = [new_api_key(fresh_database), new_api_key(fresh_database)]
 
     # Kill while summaries are in flight; restart with the other pool each time, so
     # both the gevent pool (the Procfile's) and prefork (whose children die with the
@@ -98,7 +100,9 @@ def test_kill_9_mid_summary_every_topic_summarized_exactly_once(
     pools = ["prefork", "gevent"]
     try:
         # The gate starts closed: the summaries of closed topics pile up while posting.
-        closed = post_conversations(api)
+        closed = {}
+        for key in keys:
+            closed.update(post_conversations(Api(port, key), SESSIONS // len(keys)))
         for kill in range(KILLS):
             wait_until(lambda: fake_llm.in_flight > 0, timeout=30, what="a summary call held")
             time.sleep(rng.uniform(0, LLM_DELAY_S / 2))  # more calls may arrive meanwhile
@@ -116,10 +120,10 @@ def test_kill_9_mid_summary_every_topic_summarized_exactly_once(
     finally:
         answers_open.set()
 
-    org = org_of(fresh_database, key)
+    orgs = [org_of(fresh_database, key) for key in keys]
 
     def unsummarized() -> list[uuid.UUID]:
-        rows = {t.id: t for t in topics_of(fresh_database, org)}
+        rows = {t.id: t for org in orgs for t in topics_of(fresh_database, org)}
         return [topic_id for topic_id in closed if not rows[topic_id].summarized]
 
     wait_until(
@@ -129,9 +133,11 @@ def test_kill_9_mid_summary_every_topic_summarized_exactly_once(
     # Let the reconciler and any duplicate jobs still queued run out before counting.
     time.sleep(3)
 
-    topics = {t.id: t for t in topics_of(fresh_database, org)}
-    written = evaluations_per_topic(fresh_database, org)
-    stored = messages_of(fresh_database, org)
+    topics = {t.id: t for org in orgs for t in topics_of(fresh_database, org)}
+    written: Counter[uuid.UUID] = Counter()
+    for org in orgs:
+        written.update(evaluations_per_topic(fresh_database, org))
+    stored = {k: v for org in orgs for k, v in messages_of(fresh_database, org).items()}
     posted = {token: topic_id for topic_id, tokens in closed.items() for token in tokens}
     stored_tokens = {TOKEN.search(content).group(): tid for tid, content in stored.values()}  # type: ignore[union-attr]
 
@@ -152,6 +158,7 @@ def test_kill_9_mid_summary_every_topic_summarized_exactly_once(
     once = sum(1 for topic_id in closed if written[topic_id] == 1)
     report(
         f"kill -9 x{KILLS} (gevent, prefork, gevent, prefork; {sum(in_flight_at_kill)} LLM"
-        f" calls in flight at the kills): {len(closed)} topics, {once} summarized exactly once,"
+        f" calls in flight at the kills): {len(closed)} topics of {len(orgs)} orgs, {once}"
+        f" summarized exactly once,"
         f" {len(lost)} of {len(posted)} messages lost, {fake_llm.calls} LLM calls"
     )

@@ -38,7 +38,7 @@ OTHER_VARIABLES = {"PROMETHEUS_MULTIPROC_DIR", "LOG_LEVEL", "REDIS_PASSWORD"}
 # each queue scales on its own length.
 PROCESS_OF_COMPONENT = {
     "migrate": "release", "worker-llm": "worker", "worker-fast": "worker",
-    "worker-webhooks": "worker",
+    "worker-webhooks": "worker", "worker-embeddings": "worker",
 }  # fmt: skip
 # The queues of each worker Deployment: the LLM one takes both lanes, so that it fetches
 # live and bulk jobs in turn; each other queue has its own, which scales alone.
@@ -46,10 +46,11 @@ WORKER_QUEUES = {
     "driftless-worker-llm": {LLM_QUEUE, LLM_BULK_QUEUE},
     "driftless-worker-fast": {"fast"},
     "driftless-worker-webhooks": {"webhooks"},
+    "driftless-worker-embeddings": {"embeddings", "embeddings_bulk"},
 }
 # Queues whose jobs wait on the network (an LLM provider, customers' webhook receivers):
 # a gevent pool, many tasks per process. The others run prefork.
-GREEN_QUEUES = {"llm", "llm_bulk", "webhooks"}
+GREEN_QUEUES = {"llm", "llm_bulk", "webhooks", "embeddings", "embeddings_bulk"}
 # What a per-queue worker may set differently from the Procfile's worker.
 PER_QUEUE_OPTIONS = ("--hostname", "--queues", "--pool", "--concurrency")
 # The redis (lists) scaler's metadata, https://keda.sh/docs/latest/scalers/redis-lists/

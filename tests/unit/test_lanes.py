@@ -34,7 +34,11 @@ class Sender:
 )
 def test_a_campaigns_jobs_are_sent_to_the_bulk_queue(status: str, task: str) -> None:
     sender = Sender()
-    job = reevaluation_job(topic_id=uuid.uuid4(), status=status, campaign_id=uuid.uuid4())
+    org_id = uuid.uuid4()
+    job = reevaluation_job(
+        topic_id=uuid.uuid4(), status=status, campaign_id=uuid.uuid4(), org_id=org_id
+    )
+    assert job.org == str(org_id)  # it takes the campaign's org's turn (shared/infra/fair.py)
     CeleryJobQueue(sender).send(job)
     [(name, options)] = sender.sent
     assert (name, options["queue"]) == (task, LLM_BULK_QUEUE)

@@ -90,9 +90,30 @@ def _ordered(label_sets: Iterable[dict[str, str]]) -> list[dict[str, str]]:
             [("delivered",), ("failed",), ("dead",)],
         ),
         (
+            "driftless_query_embeddings_total",
+            ("result",),
+            [("cached",), ("embedded",), ("failed",), ("timeout",)],
+        ),
+        (
             "driftless_reconcile_recovered_total",
             ("kind",),
-            [("summaries",), ("evaluations",), ("memory_caches",)],
+            [
+                ("summaries",),
+                ("evaluations",),
+                ("memory_caches",),
+                ("message_vectors",),
+                ("topic_vectors",),
+            ],
+        ),
+        (
+            "driftless_embeddings_total",
+            ("kind", "result"),
+            [
+                ("message", "stored"),
+                ("message", "failed"),
+                ("topic", "stored"),
+                ("topic", "failed"),
+            ],
         ),
         ("driftless_jobs_succeeded_total", ("task",), [(task,) for task in TASK_ROUTES]),
         ("driftless_jobs_failed_total", ("task",), [(task,) for task in TASK_ROUTES]),

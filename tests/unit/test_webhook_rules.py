@@ -10,10 +10,11 @@ from cryptography.fernet import Fernet
 
 from shared.domain.errors import Invalid
 from shared.infra.config import ConfigError, load_settings
+from shared.infra.sealing import SecretBox, SecretUnavailable
+from shared.infra.targets import UnsafeTarget, check_target
 from shared.webhooks.delivery import MAX_BACKOFF_S, backoff_s
 from shared.webhooks.events import EVENT_TYPES
-from shared.webhooks.secrets import SecretBox, SecretUnavailable, checked_secret, new_secret
-from shared.webhooks.targets import UnsafeTarget, check_target
+from shared.webhooks.secrets import checked_secret, new_secret
 from web.schemas.webhooks import EventType
 
 

@@ -66,6 +66,44 @@ export async function api(method, path, body, { signal } = {}) {
   return data;
 }
 
+/**
+ * Download the scope's export (GET /export, NDJSON) as a file. A plain link cannot
+ * carry the bearer key, so the body is fetched with it and saved from a blob.
+ */
+export async function downloadExport(agentId, userId) {
+  const query = scopeQuery(agentId, userId);
+  let response;
+  try {
+    response = await fetch(`/agents-api/export?${query}`, {
+      headers: auth.headers(),
+      cache: "no-store",
+    });
+  } catch {
+    throw new ApiError(0, "network", "The server could not be reached.");
+  }
+  if (!response.ok) {
+    let error = null;
+    try {
+      error = (await response.json()).error;
+    } catch {
+      error = null;
+    }
+    throw new ApiError(
+      response.status,
+      error?.code ?? `http_${response.status}`,
+      error?.message ?? `The export failed (HTTP ${response.status}).`,
+    );
+  }
+  const url = URL.createObjectURL(await response.blob());
+  const link = document.createElement("a");
+  link.href = url;
+  link.download = `driftless-${agentId}-${userId}.ndjson`.replace(/[^\w.-]+/g, "_");
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 0);
+}
+
 /** R27/R29: an exit trigger, fire-and-forget; `keepalive` lets it outlive the page. */
 export function sendExitTrigger(sessionId, trigger) {
   if (!auth.key || !sessionId) return;

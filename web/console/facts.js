@@ -1,7 +1,7 @@
 // The Durable facts card of the session view: the scope's facts document (an agent and a
 // user share it across sessions), each key edited or deleted in place, new keys added.
 
-import { api, scopeQuery, seg } from "./api.js";
+import { api, downloadExport, scopeQuery, seg } from "./api.js";
 import { h, replace } from "./dom.js";
 
 function parse(text) {
@@ -55,7 +55,7 @@ export class FactsPane {
   async save(key, text) {
     try {
       const body = await api("PUT", this.path(), { [key]: parse(text) });
-      this.render(body.facts ?? {});
+      this.render(body.facts ?? {}, key);
       this.onChanged();
     } catch (error) {
       this.fail(error);
@@ -72,12 +72,57 @@ export class FactsPane {
     }
   }
 
-  render(facts) {
+  async export() {
+    const { agentId, userId } = this.scope();
+    try {
+      await downloadExport(agentId, userId);
+    } catch (error) {
+      this.fail(error);
+    }
+  }
+
+  /** Values typed into rows and not saved yet, by key: a refresh (a write here, a live
+   * event) must not wipe what the user is typing. */
+  typedValues() {
+    const typed = new Map();
+    for (const row of this.body.querySelectorAll("li.fact")) {
+      const input = row.querySelector("input");
+      if (input && input.value !== input.defaultValue) typed.set(row.dataset.factKey, input.value);
+    }
+    return typed;
+  }
+
+  render(facts, saved = undefined) {
+    const typed = this.typedValues();
+    typed.delete(saved); // the key just saved shows what the server stored
+    const focused = this.body.contains(document.activeElement)
+      ? document.activeElement.closest("li.fact")?.dataset.factKey
+      : undefined;
     const rows = Object.entries(facts).map(([key, value]) => this.row(key, value));
+    for (const row of rows) {
+      const input = row.querySelector("input");
+      const key = row.dataset.factKey;
+      if (typed.has(key)) input.value = typed.get(key);
+      if (key === focused && key !== saved) queueMicrotask(() => input.focus());
+    }
     const { agentId, userId } = this.scope();
     replace(
       this.body,
-      h("p", { class: "muted small" }, `Scope ${agentId} / ${userId}`),
+      h(
+        "p",
+        { class: "muted small row" },
+        `Scope ${agentId} / ${userId}`,
+        h(
+          "button",
+          {
+            type: "button",
+            class: "export",
+            title: "Download everything this scope holds (the export format, NDJSON)",
+            onclick: () => this.export(),
+          },
+          "Export",
+        ),
+      ),
       rows.length
         ? h("ul", { class: "plain fact-list" }, rows)
         : h("p", { class: "muted" }, "No facts yet."),

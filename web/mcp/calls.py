@@ -62,6 +62,7 @@ def call_built_in(
             name=name,
             arguments=tool_arguments,
             tool_call_id=None,
+            vectors=rt.query_vectors,
         )
         answer = dump(ToolResultOut.model_validate(result))  # nothing may fail after the commit
         uow.commit()

@@ -35,3 +35,6 @@ class HitOut(CamelModel):
 
 class SearchOut(CamelModel):
     results: list[HitOut]
+    # hybrid: words and meaning fused; lexical: by words alone (embeddings off, or the
+    # query's vector not made in time: the search still answers).
+    mode: Literal["lexical", "hybrid"]

@@ -23,3 +23,4 @@ class UsageOut(CamelModel):
     prompt_tokens: int
     completion_tokens: int
     by_model: dict[str, ModelUsageOut]
+    budget_exhausted: bool  # its tokens this month are used up (GET /limits says more)

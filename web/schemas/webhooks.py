@@ -8,7 +8,7 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, Field
 
-from shared.webhooks.targets import MAX_URL_LENGTH
+from shared.infra.targets import MAX_URL_LENGTH
 from web.schemas.common import Body, CamelModel
 
 EventType = Literal[
@@ -17,6 +17,7 @@ EventType = Literal[
     "topic.memory_changed",
     "facts.changed",
     "reevaluation.finished",
+    "org.budget_exhausted",
 ]
 
 

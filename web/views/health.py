@@ -7,6 +7,7 @@ from typing import Any
 from flask_openapi3 import APIBlueprint, Tag
 from sqlalchemy import text
 
+from shared.embeddings.store import embeddings_status
 from web.runtime import runtime
 from web.schemas.common import dump
 from web.schemas.health import HealthOut
@@ -22,7 +23,8 @@ def healthz() -> dict[str, Any]:
 
 @bp.get("/readyz", responses={200: HealthOut, 503: HealthOut})
 def readyz() -> tuple[dict[str, Any], int]:
-    """Ready to serve: PostgreSQL and Redis both answer."""
+    """Ready to serve: PostgreSQL and Redis both answer; `embeddings` says whether recall by
+    meaning is on (`ok`) or off and why, and never makes the answer a 503."""
     rt = runtime()
     checks: dict[str, str] = {}
     try:
@@ -37,6 +39,8 @@ def readyz() -> tuple[dict[str, Any], int]:
     except Exception as exc:
         checks["redis"] = f"unavailable: {type(exc).__name__}"
     ready = all(value == "ok" for value in checks.values())
+    if checks["database"] == "ok":  # a detail, never a 503: without pgvector, search is lexical
+        checks["embeddings"] = embeddings_status(new_uow=rt.unit_of_work, settings=rt.settings)
     return dump(HealthOut(status="ok" if ready else "unavailable", checks=checks)), (
         200 if ready else 503
     )

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shared.facts.history import read_history
 from shared.facts.service import merge_facts, read_facts, unset_fact
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
@@ -9,7 +10,16 @@ from shared.memory.service import memory_block
 from web.auth import current_org
 from web.runtime import runtime, unit_of_work
 from web.schemas.common import ErrorOut, ScopeQuery, dump
-from web.schemas.memory import FactPath, FactsIn, FactsOut, MemoryEntryOut, MemoryOut
+from web.schemas.memory import (
+    FactHistoryOut,
+    FactHistoryQuery,
+    FactPath,
+    FactsIn,
+    FactsOut,
+    FactVersionOut,
+    MemoryEntryOut,
+    MemoryOut,
+)
 from web.views.common import api_blueprint
 
 bp = api_blueprint("memory", "memory")
@@ -45,11 +55,23 @@ def get_facts(query: ScopeQuery) -> dict[str, Any]:
     return dump(FactsOut(facts=facts))
 
 
+@bp.get("/facts/history", responses={200: FactHistoryOut})
+def get_fact_history(query: FactHistoryQuery) -> dict[str, Any]:
+    """Every value the key held, newest first, with when and who; `before` pages on."""
+    with unit_of_work() as uow:
+        versions = read_history(
+            uow=uow, scope=_scope(query), key=query.key, before=query.before, limit=query.limit
+        )
+    next_before = versions[-1].valid_from if len(versions) == query.limit else None
+    history = [FactVersionOut.model_validate(v) for v in versions]
+    return dump(FactHistoryOut(history=history, next_before=next_before))
+
+
 @bp.put("/facts", responses={200: FactsOut, 413: ErrorOut})
 def put_facts(query: ScopeQuery, body: FactsIn) -> dict[str, Any]:
     """Merge entries into the scope's durable facts; returns them all."""
     with unit_of_work() as uow:
-        facts = merge_facts(uow=uow, scope=_scope(query), facts=body.root)
+        facts = merge_facts(uow=uow, scope=_scope(query), facts=body.root, changed_by="user")
         answer = dump(FactsOut(facts=facts))  # before the commit: nothing fails after it
         uow.commit()
     return answer
@@ -59,6 +81,6 @@ def put_facts(query: ScopeQuery, body: FactsIn) -> dict[str, Any]:
 def delete_fact(path: FactPath, query: ScopeQuery) -> tuple[str, int]:
     """Delete one entry (204 whether or not it existed: DELETE is idempotent)."""
     with unit_of_work() as uow:
-        unset_fact(uow=uow, scope=_scope(query), key=path.key)
+        unset_fact(uow=uow, scope=_scope(query), key=path.key, changed_by="user")
         uow.commit()
     return "", 204

@@ -7,7 +7,7 @@ from typing import Any
 from shared.memory.scope import Scope
 from shared.search.service import SearchQuery, search
 from web.auth import current_org
-from web.runtime import unit_of_work
+from web.runtime import runtime, unit_of_work
 from web.schemas.common import ErrorOut, dump
 from web.schemas.search import HitOut, SearchOut, SearchQueryIn
 from web.views.common import api_blueprint
@@ -27,5 +27,7 @@ def get_search(query: SearchQueryIn) -> dict[str, Any]:
         include_deprecated=query.include_deprecated,
     )  # fmt: skip
     with unit_of_work() as uow:
-        hits = search(uow=uow, query=asked)
-    return dump(SearchOut(results=[HitOut.model_validate(hit) for hit in hits]))
+        found = search(uow=uow, query=asked, vectors=runtime().query_vectors)
+    return dump(
+        SearchOut(results=[HitOut.model_validate(hit) for hit in found.hits], mode=found.mode)
+    )

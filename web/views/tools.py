@@ -5,7 +5,7 @@ from typing import Any
 from shared.tools.definitions import BUILT_IN_TOOLS
 from shared.tools.service import execute_tool
 from web.auth import current_org
-from web.runtime import unit_of_work
+from web.runtime import runtime, unit_of_work
 from web.schemas.common import dump
 from web.schemas.tools import ToolCallIn, ToolPath, ToolResultOut, ToolsOut
 from web.views.common import api_blueprint
@@ -30,6 +30,7 @@ def call_tool(path: ToolPath, body: ToolCallIn) -> dict[str, Any]:
             name=path.name,
             arguments=body.arguments,
             tool_call_id=body.tool_call_id,
+            vectors=runtime().query_vectors,
         )
         answer = dump(ToolResultOut.model_validate(result))  # nothing may fail after the commit
         uow.commit()

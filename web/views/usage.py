@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.usage.service import org_usage
+from shared.orgs.service import usage_with_budget
 from web.auth import current_org
-from web.runtime import unit_of_work
+from web.runtime import runtime, unit_of_work
 from web.schemas.common import dump
 from web.schemas.usage import UsageOut, UsageQuery
 from web.views.common import api_blueprint
@@ -16,7 +16,9 @@ bp = api_blueprint("usage", "usage")
 
 @bp.get("/usage", responses={200: UsageOut})
 def get_usage(query: UsageQuery) -> dict[str, Any]:
-    """The calling org's LLM calls and tokens since `since` (default: 30 days ago), by model."""
+    """The calling org's LLM calls and tokens since `since` (default: 30 days ago), by
+    model, and whether its tokens for this month are used up."""
+    budget = runtime().budget_defaults
     with unit_of_work() as uow:
-        usage = org_usage(uow=uow, org_id=current_org(), since=query.since)
+        usage = usage_with_budget(uow=uow, org_id=current_org(), since=query.since, budget=budget)
     return dump(UsageOut.model_validate(usage))

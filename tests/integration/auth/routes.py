@@ -41,9 +41,11 @@ ROUTES = [
     Route("GET", "/agents-api/facts", query=SCOPE),
     Route("PUT", "/agents-api/facts", {"k": "v"}, query=SCOPE),
     Route("DELETE", "/agents-api/facts/{key}", query=SCOPE),
+    Route("GET", "/agents-api/facts/history", query=SCOPE + "&key={key}"),
     Route("GET", "/agents-api/memory", query=SCOPE),
     Route("GET", "/agents-api/search", query=SCOPE + "&q=anything"),
     Route("GET", "/agents-api/scopes"),
+    Route("GET", "/agents-api/export", query=SCOPE),
     # sessions
     Route("POST", "/agents-api/sessions", {"agentId": "a", "userId": "u"}),
     Route("GET", "/agents-api/sessions", query=SCOPE),
@@ -71,11 +73,18 @@ ROUTES = [
     Route("GET", "/agents-api/topics/{tid}/notes"),
     # the org's own accounting
     Route("GET", "/agents-api/usage"),
+    Route("GET", "/agents-api/limits"),
     # re-evaluation campaigns
     Route("POST", "/agents-api/reevaluations", {}),
     Route("GET", "/agents-api/reevaluations"),
     Route("GET", "/agents-api/reevaluations/{reevaluation_id}"),
     Route("DELETE", "/agents-api/reevaluations/{reevaluation_id}"),
+    # the org's own model (bring your own key)
+    Route("PUT", "/agents-api/provider", {"apiKey": "sk-probe", "model": "probe-model"}),
+    Route("GET", "/agents-api/provider"),
+    Route("DELETE", "/agents-api/provider"),
+    # import into the caller's org (an NDJSON body; this one is refused at its line 1)
+    Route("POST", "/agents-api/import", {"type": "header"}),
     # the org's webhook subscriptions
     Route("POST", "/agents-api/webhooks", {"url": "http://8.8.8.8/", "events": ["facts.changed"]}),
     Route("GET", "/agents-api/webhooks"),

@@ -60,7 +60,7 @@ def test_erasing_a_user_removes_their_rows_and_redis_state_and_nothing_else(
     erased: Any = response.json
     assert erased["erased"] == {
         "sessions": 1, "topics": 2, "messages": 3, "notes": 1, "evaluations": 0,
-        "memoryChanges": 1, "forks": 0, "facts": 1, "redisKeys": 3,
+        "memoryChanges": 1, "forks": 0, "facts": 1, "factVersions": 1, "redisKeys": 3,
     }  # fmt: skip
     assert client.get(f"/agents-api/sessions/{ada['id']}", headers=auth).status_code == 404
     assert client.get("/agents-api/facts?agentId=planner&userId=ada", headers=auth).json == {

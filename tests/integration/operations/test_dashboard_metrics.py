@@ -126,8 +126,11 @@ def test_every_metric_the_dashboard_and_the_alerts_name_is_exported(system: Syst
     worker = wait_for(summarized, timeout=60, what="the recovered summary")
     assert value(worker, "driftless_reconcile_recovered_total", kind="summaries") == 1
     assert value(worker, "driftless_fallbacks_total", call="summarize", reason="unusable_answer")
-    # The recovered summary waited in the live lane (driftless_job_wait_seconds{lane}).
-    assert value(worker, "driftless_job_wait_seconds_count", lane="live") == 1
+    # The recovered summary waited in the live lane (driftless_job_wait_seconds{lane}); so
+    # did the lost one, whose ticket alone was lost: it waited in its org's list
+    # (shared/infra/fair.py) until the reconciler topped the lane up, and found the
+    # topic summarized.
+    assert value(worker, "driftless_job_wait_seconds_count", lane="live") in (1, 2)
     # Known tasks start at 0, so an alert on increase() sees their first failure.
     assert value(worker, "driftless_jobs_failed_total", task=SUMMARIZE_TOPIC) == 0
 

@@ -90,3 +90,49 @@ def test_orgs_set_names_an_unknown_org(cli_env: dict[str, str]) -> None:
     result = _cli(cli_env, "orgs", "set", "no-such-org-anywhere", "--request-burst", "5")
     assert result.exit_code == 1
     assert "no org named 'no-such-org-anywhere'" in result.output
+
+
+def _limits(client: FlaskClient, key: str) -> Any:
+    answer = client.get("/agents-api/limits", headers={"Authorization": f"Bearer {key}"})
+    assert answer.status_code == 200, answer.json
+    return answer.json
+
+
+def test_orgs_set_gives_an_org_an_llm_budget_that_it_reads_and_default_gives_it_back(
+    cli_env: dict[str, str], org_key: tuple[str, str], committed_client: FlaskClient
+) -> None:
+    org, key = org_key
+    fleet = _limits(committed_client, key)
+    assert (fleet["llmRpm"], fleet["monthlyTokens"], fleet["budgetExhausted"]) == (0, 0, False)
+
+    budgeted = _cli(cli_env, "orgs", "set", org, "--llm-rpm", "30", "--monthly-tokens", "5000000")
+    assert budgeted.exit_code == 0, budgeted.output
+    assert "LLM calls a minute 30, monthly tokens 5000000" in budgeted.stdout
+    own = _limits(committed_client, key)
+    assert (own["llmRpm"], own["monthlyTokens"], own["tokensUsed"]) == (30, 5_000_000, 0)
+    assert own["requestsPerS"] == fleet["requestsPerS"]  # what was not named stays
+
+    restored = _cli(cli_env, "orgs", "set", org, "--llm-rpm", "default")
+    assert restored.exit_code == 0, restored.output
+    assert "LLM calls a minute the default (DRIFTLESS_ORG_LLM_RPM)" in restored.stdout
+    assert (
+        _limits(committed_client, key)["llmRpm"],
+        _limits(committed_client, key)["monthlyTokens"],
+    ) == (0, 5_000_000)
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--llm-rpm", "-1"], "LLM calls a minute"),
+        (["--llm-rpm", "1.5"], "is not a whole number"),
+        (["--monthly-tokens", "-5"], "monthly tokens"),
+        (["--monthly-tokens", "lots"], "is not a whole number"),
+    ],
+)
+def test_orgs_set_refuses_a_budget_that_is_no_budget(
+    cli_env: dict[str, str], org_key: tuple[str, str], args: list[str], error: str
+) -> None:
+    result = _cli(cli_env, "orgs", "set", org_key[0], *args)
+    assert result.exit_code != 0
+    assert error in result.output

@@ -25,7 +25,7 @@ from shared.infra.config import Settings
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import RecordingQueue
 from shared.orgs.ratelimit import RequestLimit, RequestLimiter
-from shared.orgs.service import DEFAULT, set_request_limits
+from shared.orgs.service import DEFAULT, set_limits
 from tests.helpers import new_session
 from web.mcp.server import build_server
 
@@ -41,7 +41,7 @@ def _org(factory: sessionmaker[Session], **limits: Any) -> tuple[str, dict[str, 
         uow.commit()
     if limits:
         with UnitOfWork(factory, RecordingQueue()) as uow:
-            set_request_limits(uow=uow, org_name=name, **limits)
+            set_limits(uow=uow, org_name=name, **limits)
             uow.commit()
     return name, {"Authorization": f"Bearer {key}"}
 
@@ -120,7 +120,7 @@ def test_an_orgs_override_raises_the_fleet_default_and_default_gives_it_back(
         *[200] * 5, 429,
     ]  # fmt: skip
     with UnitOfWork(session_factory, RecordingQueue()) as uow:
-        limits = set_request_limits(uow=uow, org_name=name, request_burst=DEFAULT)
+        limits = set_limits(uow=uow, org_name=name, request_burst=DEFAULT)
         uow.commit()
     assert (limits.requests_per_s, limits.request_burst) == (None, None)
     with UnitOfWork(session_factory, RecordingQueue()) as uow:

@@ -114,7 +114,7 @@ def new_uow(session_factory: sessionmaker[Session]) -> Any:
 
 def test_a_closed_topic_whose_summary_job_was_lost_is_summarized_again_once(
     client: FlaskClient, auth: dict[str, str], queue: LosingQueue, reconcile: Any,
-    session_factory: sessionmaker[Session],
+    session_factory: sessionmaker[Session], org: str,
 ) -> None:  # fmt: skip
     session = new_session(client, auth)
     post_message(client, auth, session["id"], "We agreed to ship on Friday.")
@@ -127,7 +127,7 @@ def test_a_closed_topic_whose_summary_job_was_lost_is_summarized_again_once(
     assert jobs_for(jobs, topic_id) == []
     _, jobs = reconcile()
     assert jobs_for(jobs, topic_id) == [
-        Job(SUMMARIZE_TOPIC, {"topic_id": topic_id, "trigger": "reconcile"})
+        Job(SUMMARIZE_TOPIC, {"topic_id": topic_id, "trigger": "reconcile"}, org=org)
     ]
     # The next run finds it again, but the job is on its way: not a second copy.
     _, jobs = reconcile()
@@ -146,7 +146,7 @@ def test_a_closed_topic_whose_summary_job_was_lost_is_summarized_again_once(
 
 
 def test_a_reconcile_job_the_broker_refused_is_asked_for_again_by_the_next_run(
-    client: FlaskClient, auth: dict[str, str], queue: LosingQueue, reconcile: Any
+    client: FlaskClient, auth: dict[str, str], queue: LosingQueue, reconcile: Any, org: str
 ) -> None:
     session = new_session(client, auth)
     post_message(client, auth, session["id"], "We agreed to ship on Friday.")
@@ -157,7 +157,7 @@ def test_a_reconcile_job_the_broker_refused_is_asked_for_again_by_the_next_run(
     assert jobs == []
     _, jobs = reconcile()  # the next run: not held back by a claim for a job never sent
     assert jobs_for(jobs, topic_id) == [
-        Job(SUMMARIZE_TOPIC, {"topic_id": topic_id, "trigger": "reconcile"})
+        Job(SUMMARIZE_TOPIC, {"topic_id": topic_id, "trigger": "reconcile"}, org=org)
     ]
 
 
@@ -191,7 +191,7 @@ def test_nothing_lost_means_nothing_enqueued(
 
 def test_a_fork_whose_prior_topic_has_no_summary_gets_one(
     client: FlaskClient, auth: dict[str, str], reconcile: Any,
-    session_factory: sessionmaker[Session],
+    session_factory: sessionmaker[Session], org: str,
 ) -> None:  # fmt: skip
     """The fork closes its prior topic; the summary job of a closed topic is kind 1."""
     session = new_session(client, auth)
@@ -207,7 +207,7 @@ def test_a_fork_whose_prior_topic_has_no_summary_gets_one(
 
     _, jobs = reconcile()
     assert jobs_for(jobs, prior_id) == [
-        Job(SUMMARIZE_TOPIC, {"topic_id": str(prior_id), "trigger": "reconcile"})
+        Job(SUMMARIZE_TOPIC, {"topic_id": str(prior_id), "trigger": "reconcile"}, org=org)
     ]
     assert jobs_for(jobs, new_id) == []  # the fork's new topic: 4 messages, no heartbeat
     summarize_topic(
@@ -226,7 +226,7 @@ def test_a_fork_whose_prior_topic_has_no_summary_gets_one(
 
 def test_a_lost_heartbeat_evaluation_is_enqueued_once_when_the_session_goes_quiet(
     client: FlaskClient, auth: dict[str, str], queue: LosingQueue, reconcile: Any,
-    session_factory: sessionmaker[Session], connection: Connection,
+    session_factory: sessionmaker[Session], connection: Connection, org: str,
 ) -> None:  # fmt: skip
     session = new_session(client, auth)
     topic_id = session["activeTopicId"]
@@ -240,7 +240,7 @@ def test_a_lost_heartbeat_evaluation_is_enqueued_once_when_the_session_goes_quie
     assert jobs_for(jobs, topic_id) == []
     _, jobs = reconcile()
     assert jobs_for(jobs, topic_id) == [
-        Job(EVALUATE_TOPIC, {"topic_id": topic_id, "trigger": "reconcile"})
+        Job(EVALUATE_TOPIC, {"topic_id": topic_id, "trigger": "reconcile"}, org=org)
     ]
     _, jobs = reconcile()
     assert jobs_for(jobs, topic_id) == []  # claimed: its job is on its way

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 from celery import Celery
 from flask.testing import FlaskClient
 from sqlalchemy import text
@@ -23,6 +24,7 @@ from shared.infra.config import Settings
 from shared.infra.db.engine import make_engine, make_session_factory
 from shared.infra.db.migrate import upgrade
 from shared.infra.db.uow import UnitOfWork
+from shared.infra.fair import FairQueue
 from shared.infra.queue import ADVANCE_REEVALUATIONS, CeleryJobQueue, Job, RecordingQueue
 from tests import services
 from tests.conftest import new_key
@@ -42,6 +44,7 @@ class System:
     factory: sessionmaker[Session]  # committed sessions on the test's database
     sender: Celery  # sends to the test's queues, as beat and the web do
     prefix: str
+    fair: FairQueue | None = None  # the orgs' model jobs, when the web sends through it
 
     def new_org(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {new_key(self.factory)}"}
@@ -69,8 +72,8 @@ class System:
             context_of(app).engine.dispose()
 
     def unit_of_work(self) -> UnitOfWork:
-        """A unit of work whose jobs go to the test's queues."""
-        return UnitOfWork(self.factory, CeleryJobQueue(self.sender))
+        """A unit of work whose jobs go to the test's queues (by the orgs' lists, if fair)."""
+        return UnitOfWork(self.factory, CeleryJobQueue(self.sender, self.fair))
 
     def tick(self) -> None:
         """What beat sends every second."""
@@ -93,19 +96,24 @@ class System:
 
         return wait_for(finished, timeout=60, what=f"re-evaluation {campaign_id} to finish")
 
-    def until_summarized(self, topic_ids: list[str]) -> None:
-        def summarized() -> bool:
-            with UnitOfWork(self.factory, RecordingQueue()) as uow:
-                pending = uow.session.execute(
-                    text(
-                        "SELECT count(*) FROM topics WHERE id = ANY(:ids)"
-                        " AND summarized_through_id IS DISTINCT FROM last_message_id"
-                    ),
-                    {"ids": [uuid.UUID(t) for t in topic_ids]},
-                ).scalar()
-            return pending == 0
+    def summarized(self, topic_ids: list[str]) -> int:
+        """How many of the topics a summary covers whole."""
+        with UnitOfWork(self.factory, RecordingQueue()) as uow:
+            done = uow.session.execute(
+                text(
+                    "SELECT count(*) FROM topics WHERE id = ANY(:ids)"
+                    " AND summarized_through_id = last_message_id"
+                ),
+                {"ids": [uuid.UUID(t) for t in topic_ids]},
+            ).scalar()
+        return int(done or 0)
 
-        wait_for(summarized, timeout=60, what="the closed topics' summaries")
+    def until_summarized(self, topic_ids: list[str]) -> None:
+        wait_for(
+            lambda: self.summarized(topic_ids) == len(topic_ids),
+            timeout=60,
+            what="the closed topics' summaries",
+        )
 
     def summaries(self, topic_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
         """Each topic's (summary prompt version, summary model)."""
@@ -120,9 +128,16 @@ class System:
         return {str(row[0]): (row[1], row[2]) for row in rows}
 
 
+def clear_fair_lists(client: redis.Redis) -> None:
+    """No model job of an earlier test waits in the orgs' lists (shared/infra/fair.py)."""
+    for key in client.scan_iter(match="driftless:{fair:*"):
+        client.delete(key)
+
+
 @contextmanager
-def campaign_system(settings: Settings, llm: FakeOpenAI) -> Iterator[System]:
-    """A fresh database, the web on it, and the fake LLM answering summaries."""
+def campaign_system(settings: Settings, llm: FakeOpenAI, *, fair: bool = False) -> Iterator[System]:
+    """A fresh database, the web on it, and the fake LLM answering summaries. `fair`: the
+    web's model jobs wait their org's turn, as in production (shared/infra/fair.py)."""
     import worker.tasks  # noqa: F401  (registers the shared tasks before the apps finalize)
     from web.app import create_app
     from worker.app import make_celery
@@ -149,7 +164,10 @@ def campaign_system(settings: Settings, llm: FakeOpenAI) -> Iterator[System]:
         **sender.conf.broker_transport_options,
         "global_keyprefix": prefix,
     }
-    app = create_app(system_settings, queue=CeleryJobQueue(sender))
+    data = redis.Redis.from_url(system_settings.redis_url)
+    clear_fair_lists(data)
+    lists = FairQueue(data) if fair else None
+    app = create_app(system_settings, queue=CeleryJobQueue(sender, lists))
     try:
         yield System(
             settings=system_settings,
@@ -157,8 +175,11 @@ def campaign_system(settings: Settings, llm: FakeOpenAI) -> Iterator[System]:
             factory=make_session_factory(engine),
             sender=sender,
             prefix=prefix,
+            fair=lists,
         )
     finally:
+        clear_fair_lists(data)
+        data.close()
         app.extensions["driftless"].close()
         sender.close()
         engine.dispose()

@@ -175,7 +175,7 @@ def test_a_second_run_deletes_nothing_more(
 
 def test_an_unsummarized_session_gets_its_summary_first_and_keeps_its_messages(
     client: FlaskClient, auth: dict[str, str], session_factory: sessionmaker[Session],
-    connection: Connection, purge: Any, queue: RecordingQueue,
+    connection: Connection, purge: Any, queue: RecordingQueue, org: str,
 ) -> None:  # fmt: skip
     session = new_session(client, auth)
     sid, topic_id = session["id"], session["activeTopicId"]
@@ -187,7 +187,7 @@ def test_an_unsummarized_session_gets_its_summary_first_and_keeps_its_messages(
     assert purge() == Purged(deferred=1)
     assert messages_of(connection, sid) == 3  # nothing a summary has not seen is deleted
     assert [j for j in queue.sent if j.kwargs.get("topic_id") == topic_id] == [
-        Job(SUMMARIZE_TOPIC, {"topic_id": topic_id, "trigger": "retention"})
+        Job(SUMMARIZE_TOPIC, {"topic_id": topic_id, "trigger": "retention"}, org=org)
     ]
     summarize_topic(
         new_uow=lambda: UnitOfWork(session_factory, RecordingQueue()), llm=LocalProvider(),

@@ -127,7 +127,7 @@ def test_a_search_gives_its_slot_back_when_it_ends(
 
     for _ in range(3):  # one at a time: each finds the slot free again
         with UnitOfWork(session_factory, RecordingQueue(), limits, data) as uow:
-            assert len(search(uow=uow, query=SearchQuery(scope=scope, q="fridge"))) == 1
+            assert len(search(uow=uow, query=SearchQuery(scope=scope, q="fridge")).hits) == 1
     assert _searches(org, data) == 0
 
 

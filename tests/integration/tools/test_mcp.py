@@ -183,6 +183,10 @@ def test_r22_important_info_over_mcp_is_the_scopes_facts_document(
     call(server, "important_info", {"sessionId": sid, "op": "$unset", "key": "tz"})
     missing = call(server, "important_info", {"sessionId": sid, "op": "read", "key": "tz"})
     assert missing.is_error and payload(missing)["error"] == "no durable fact named 'tz'"
+    history: Any = client.get(
+        "/agents-api/facts/history?agentId=agent-1&userId=user-1&key=tz", headers=auth
+    ).json
+    assert [(v["changedBy"], v["removedBy"]) for v in history["history"]] == [("agent", "agent")]
 
 
 def test_r19_manage_topic_memory_promotes_and_invalidates_after_commit(

@@ -212,7 +212,7 @@ def test_the_sweep_finds_idle_topics_with_unsummarized_messages(
         {"a": idle["id"], "b": quiet["id"]},
     )
     with uow:
-        found = [str(t) for t, _ in idle_topics(uow=uow, idle=dt.timedelta(minutes=15))]
+        found = [str(t) for t, _, _ in idle_topics(uow=uow, idle=dt.timedelta(minutes=15))]
     assert idle["activeTopicId"] in found
     assert busy["activeTopicId"] not in found  # active recently
     assert quiet["activeTopicId"] not in found  # idle, but nothing to summarize

@@ -83,6 +83,7 @@ def test_usage_sums_only_the_calling_orgs_calls_split_by_model(
             "gpt-small": {"llmCalls": 3, "promptTokens": 150, "completionTokens": 15},
             "local-extractive-v1": {"llmCalls": 1, "promptTokens": 7, "completionTokens": 3},
         },
+        "budgetExhausted": False,  # no monthly budget by default
     }
     assert usage(client, other_auth)["byModel"] == {
         "gpt-small": {"llmCalls": 1, "promptTokens": 1000, "completionTokens": 100}
@@ -155,6 +156,7 @@ def test_a_since_in_the_future_answers_zeros(
         "promptTokens": 0,
         "completionTokens": 0,
         "byModel": {},
+        "budgetExhausted": False,
     }
 
 

@@ -20,6 +20,10 @@ FAR_OFFSETS = {
 }
 # Valid ISO-8601 with an offset, but no moment Python (so no moment we store) can hold.
 OUT_OF_RANGE = ("0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-10:00")
+# The other query parameters a route with a datetime in its query requires, sent with it.
+REQUIRED_ALONGSIDE = {
+    "/agents-api/facts/history": {"agentId": "planner", "userId": "ada", "key": "tz"},
+}
 
 
 def _schemas(schema: dict[str, Any], document: dict[str, Any]) -> list[dict[str, Any]]:
@@ -45,6 +49,12 @@ def _datetime_fields(document: dict[str, Any]) -> list[tuple[str, str, str, str]
             for parameter in operation.get("parameters", []):
                 if _is_datetime(parameter["schema"], document):
                     assert parameter["in"] == "query", f"{method} {path}: extend this test"
+                    required = {
+                        p["name"]
+                        for p in operation["parameters"]
+                        if p.get("required") and p["name"] != parameter["name"]
+                    }
+                    assert required <= set(REQUIRED_ALONGSIDE.get(path, {})), f"{path}: extend"
                     fields.append((method.upper(), path, "query", parameter["name"]))
             content = operation.get("requestBody", {}).get("content", {})
             for media in content.values():
@@ -78,7 +88,8 @@ def _send(
     method, path, where, name = field
     assert "{" not in path, f"{path}: extend this test with its path parameters"
     if where == "query":
-        return client.open(path, method=method, headers=auth, query_string={name: value})
+        query = {**REQUIRED_ALONGSIDE.get(path, {}), name: value}
+        return client.open(path, method=method, headers=auth, query_string=query)
     return client.open(path, method=method, headers=auth, json={name: value})
 
 

@@ -18,11 +18,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from shared.auth.models import Org
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import RecordingQueue
+from shared.infra.sealing import SecretBox
 from shared.webhooks.deadline import webhook_client
 from shared.webhooks.delivery import Answer, Attempt, Policy, attempt, deliver
 from shared.webhooks.events import FACTS_CHANGED, record_event
 from shared.webhooks.models import WebhookDelivery
-from shared.webhooks.secrets import SecretBox
 from shared.webhooks.service import subscribe
 from shared.webhooks.slots import WebhookSlots
 from tests.helpers import wait_for

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator, Sequence
 import httpx
 import pytest
 
+from shared.infra.sealing import SecretBox
+from shared.infra.targets import IPAddress
 from shared.webhooks.delivery import Answer, Attempt, Policy, attempt
-from shared.webhooks.secrets import SecretBox
-from shared.webhooks.targets import IPAddress
 from tests.webhook_receiver import Answer as ReceiverAnswer
 from tests.webhook_receiver import Receiver
 

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from shared.auth.models import Org
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import DELIVER_WEBHOOK, Job, RecordingQueue
+from shared.infra.sealing import SecretBox
 from shared.webhooks.delivery import (
     Answer,
     Policy,
@@ -29,7 +30,6 @@ from shared.webhooks.delivery import (
 )
 from shared.webhooks.events import FACTS_CHANGED, record_event
 from shared.webhooks.models import Webhook, WebhookDelivery
-from shared.webhooks.secrets import SecretBox
 from shared.webhooks.service import dispatch_overdue, subscribe
 from shared.webhooks.slots import WebhookSlots
 
@@ -157,16 +157,20 @@ def test_an_attempt_that_cannot_be_built_is_failed_each_time_and_dead_after_the_
 
 
 def test_the_dispatcher_sends_the_overdue_jobs_once_its_transaction_committed(
-    uow: UnitOfWork, delivery_id: int
+    session_factory: sessionmaker[Session], uow: UnitOfWork, delivery_id: int
 ) -> None:
     grace = dt.timedelta(seconds=60)
     uow.commit()  # the outbox's own job for the new event goes now
-    before = len(uow.sent)
+    queue = RecordingQueue()
 
-    sent = dispatch_overdue(uow=uow, now=NOW + grace * 2, period_s=grace.total_seconds())
+    done = dispatch_overdue(
+        new_uow=lambda: UnitOfWork(session_factory, queue),
+        now=NOW + grace * 2,
+        period_s=grace.total_seconds(),
+    )
 
-    assert sent == 1
-    assert uow.sent[before:] == [Job(DELIVER_WEBHOOK, {"delivery_id": delivery_id})]
+    assert done == {"sent": 1, "purged": 0}  # the event is new: it stays
+    assert queue.sent == [Job(DELIVER_WEBHOOK, {"delivery_id": delivery_id})]
 
 
 class BrokenBox(SecretBox):

@@ -114,7 +114,12 @@ def test_a_rolled_back_change_leaves_no_event_and_sends_no_job(
     sent_before = len(queue.sent)
 
     with pytest.raises(Invalid), UnitOfWork(session_factory, queue) as uow:
-        merge_facts(uow=uow, scope=Scope(org_id, "agent-1", "user-1"), facts={"plan": "pro"})
+        merge_facts(
+            uow=uow,
+            scope=Scope(org_id, "agent-1", "user-1"),
+            facts={"plan": "pro"},
+            changed_by="user",
+        )
         raise Invalid("the request failed after the change")  # never committed
 
     assert events_of(session_factory, auth) == []

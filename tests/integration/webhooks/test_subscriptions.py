@@ -11,8 +11,8 @@ from flask.testing import FlaskClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from shared.infra.sealing import SecretBox
 from shared.webhooks.models import Webhook
-from shared.webhooks.secrets import SecretBox
 from shared.webhooks.service import MAX_WEBHOOKS_PER_ORG
 from tests.integration.webhooks.conftest import SEALING_KEY
 from tests.integration.webhooks.outbox import org_of

@@ -1,14 +1,15 @@
-"""Where a webhook may be delivered: http(s) URLs on public addresses only.
+"""Where the service may send a tenant's requests: http(s) URLs on public addresses only.
 
-A subscription's URL is a request the service makes on a client's behalf, from inside
-the deployment's network. Without this check any org could make the workers POST to
-the metadata service (169.254.169.254), the database's host, or localhost. So the host
-is resolved and every address it resolves to must be public: at subscription time (a
-clear 422), and again before every attempt and every redirect hop, whose connection then
-goes to one of the addresses checked and to nothing resolved later (`pin_target`). A
-name that answers a public address to the check and 127.0.0.1 to the connection (DNS
-rebinding) therefore reaches nothing. DRIFTLESS_WEBHOOK_ALLOW_PRIVATE=true lifts the
-address check, for a receiver on a dev machine or inside a trusted network.
+A webhook subscription's URL, or an org's own model server (shared/providers/), is a
+request the service makes on a client's behalf, from inside the deployment's network.
+Without this check any org could make the workers POST to the metadata service
+(169.254.169.254), the database's host, or localhost. So the host is resolved and every
+address it resolves to must be public: when the URL is given (a clear 422), and again
+before every request and every redirect hop, whose connection then goes to one of the
+addresses checked and to nothing resolved later (`pin_target`, `pin_host`). A name that
+answers a public address to the check and 127.0.0.1 to the connection (DNS rebinding)
+therefore reaches nothing. DRIFTLESS_WEBHOOK_ALLOW_PRIVATE=true lifts the address
+check, for a receiver on a dev machine or inside a trusted network.
 
 A refusal tells the tenant "not a public address" and never what the host resolved to,
 nor whether it resolved at all: that would map the deployment's network and names.
@@ -95,19 +96,27 @@ def check_target(url: str, *, allow_private: bool, resolve: Resolver = resolve_s
     public addresses (any host, not resolved, when `allow_private`)."""
     parsed = check_url(url)
     if not allow_private:
-        _public_addresses(parsed, resolve)
+        _public_addresses(_host(parsed), resolve)
 
 
 def pin_target(url: str, *, allow_private: bool, resolve: Resolver = resolve_system) -> Target:
     """`url` and the addresses to connect to for it, resolved now: all public, or
     UnsafeTarget. When `allow_private`, any (none if the host does not resolve)."""
     parsed = check_url(url)
+    return Target(parsed, pin_host(_host(parsed), allow_private=allow_private, resolve=resolve))
+
+
+def pin_host(
+    host: str, *, allow_private: bool, resolve: Resolver = resolve_system
+) -> tuple[IPAddress, ...]:
+    """The addresses to connect to for `host` (a name or an address), resolved now: all
+    public, or UnsafeTarget. When `allow_private`, any (none if the host does not resolve)."""
     if not allow_private:
-        return Target(parsed, _public_addresses(parsed, resolve))
+        return _public_addresses(host, resolve)
     try:
-        return Target(parsed, tuple(resolve(_host(parsed))))
+        return tuple(resolve(host))
     except (OSError, UnicodeError):
-        return Target(parsed, ())
+        return ()
 
 
 def check_url(url: str) -> httpx.URL:
@@ -135,8 +144,7 @@ def _host(url: httpx.URL) -> str:
     return url.raw_host.decode("ascii")  # IDNA-encoded by httpx; an IPv6 one unbracketed
 
 
-def _public_addresses(url: httpx.URL, resolve: Resolver) -> tuple[IPAddress, ...]:
-    host = _host(url)
+def _public_addresses(host: str, resolve: Resolver) -> tuple[IPAddress, ...]:
     try:
         addresses = tuple(resolve(host))
     except (OSError, UnicodeError) as exc:

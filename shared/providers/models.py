@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import DateTime, ForeignKey, Text, func
+from sqlalchemy.orm import Mapped, mapped_column
+
+from shared.infra.db.base import Base
+
+
+class OrgProvider(Base):
+    """An org's own OpenAI-compatible model (bring your own key): its summaries and drift
+    calls go there instead of the fleet's model. No row: the fleet's."""
+
+    __tablename__ = "org_providers"
+
+    org_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("orgs.id", ondelete="CASCADE"), primary_key=True
+    )
+    base_url: Mapped[str | None] = mapped_column(Text)  # NULL: the fleet's base URL
+    model: Mapped[str] = mapped_column(Text)
+    # As shared/infra/sealing.py seals it: never in the clear when DRIFTLESS_WEBHOOK_KEYS
+    # is set, and never in an answer or a log line.
+    sealed_api_key: Mapped[str] = mapped_column(Text)
+    # Also what tells each process's router that its built client is out of date.
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

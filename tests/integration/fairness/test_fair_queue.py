@@ -1,0 +1,146 @@
+"""The orgs' lists of model jobs (shared/infra/fair.py) on a real Redis: round robin
+across orgs, FIFO within one, lanes apart, and a ticket for every job sent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from shared.infra.fair import FairJob, FairQueue
+from shared.infra.queue import (
+    EVALUATE_TOPIC,
+    INVALIDATE_MEMORY,
+    LLM_BULK_QUEUE,
+    NEXT_MODEL_JOB,
+    SUMMARIZE_TOPIC,
+    CeleryJobQueue,
+    Job,
+)
+
+
+def job(org: str, n: int, *, pushed_at: float = 0.0) -> FairJob:
+    return FairJob(SUMMARIZE_TOPIC, {"topic_id": f"{org}-{n}"}, org, pushed_at or 1000.0 + n)
+
+
+def drain(fair: FairQueue, lane: Any = "live") -> list[str]:
+    served = []
+    while (popped := fair.pop(lane)) is not None:
+        served.append(popped.kwargs["topic_id"])
+    return served
+
+
+def test_orgs_take_turns_whatever_the_length_of_their_lists(fair: FairQueue) -> None:
+    for n in range(5):
+        fair.push("live", job("a", n))
+    fair.push("live", job("b", 0))
+    fair.push("live", job("c", 0))
+    fair.push("live", job("b", 1))
+    # A came first with five; B and C each wait behind one of A's, not all five.
+    assert drain(fair) == ["a-0", "b-0", "c-0", "a-1", "b-1", "a-2", "a-3", "a-4"]
+
+
+def test_an_org_that_empties_and_comes_back_joins_at_the_tail(fair: FairQueue) -> None:
+    fair.push("live", job("a", 0))
+    fair.push("live", job("b", 0))
+    assert fair.pop("live") == job("a", 0)
+    fair.push("live", job("a", 1))  # A's list was empty: A queues behind B
+    assert drain(fair) == ["b-0", "a-1"]
+
+
+def test_an_empty_lane_pops_nothing(fair: FairQueue) -> None:
+    assert fair.pop("live") is None
+    assert fair.waiting("live").orgs == 0
+
+
+def test_lanes_are_apart(fair: FairQueue) -> None:
+    fair.push("bulk", job("a", 0))
+    fair.push("live", job("a", 1))
+    assert drain(fair, "live") == ["a-1"]
+    assert drain(fair, "bulk") == ["a-0"]
+
+
+def test_a_job_comes_back_as_it_went_in(fair: FairQueue) -> None:
+    sent = FairJob(EVALUATE_TOPIC, {"topic_id": "t", "trigger": "heartbeat"}, "org-1", 12.5)
+    fair.push("live", sent)
+    assert fair.pop("live") == sent
+
+
+def test_waiting_counts_orgs_jobs_and_the_oldest_wait(fair: FairQueue) -> None:
+    fair.push("live", job("a", 0, pushed_at=100.0))
+    fair.push("live", job("a", 1, pushed_at=101.0))
+    fair.push("live", job("b", 0, pushed_at=90.0))
+    waiting = fair.waiting("live", now=130.0)
+    assert (waiting.orgs, waiting.jobs) == (2, 3)
+    assert waiting.oldest_s == pytest.approx(40.0)
+    assert fair.waiting("bulk", now=130.0).jobs == 0
+
+
+def test_a_ring_entry_whose_list_was_lost_is_skipped(fair: FairQueue) -> None:
+    fair.push("live", job("a", 0))
+    fair.push("live", job("b", 0))
+    fair._client.delete("driftless:{fair:live}:jobs:a")  # evicted, say
+    assert drain(fair) == ["b-0"]
+    assert fair.waiting("live").orgs == 0
+
+
+class Sender:
+    """What CeleryJobQueue needs of a Celery app, recording what it sends."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any], Any]] = []
+
+    def send_task(self, name: str, *, kwargs: dict[str, Any], countdown: Any, headers: Any,
+                  **options: Any) -> None:  # fmt: skip
+        self.sent.append((name, kwargs, options.get("queue")))
+
+
+def test_a_model_job_waits_in_its_orgs_list_and_the_broker_gets_its_ticket(
+    fair: FairQueue,
+) -> None:
+    sender = Sender()
+    queue = CeleryJobQueue(sender, fair)
+    queue.send(Job(SUMMARIZE_TOPIC, {"topic_id": "t1"}, org="org-a"))
+    queue.send(Job(EVALUATE_TOPIC, {"topic_id": "t2"}, lane="bulk", org="org-b"))
+    assert sender.sent == [
+        (NEXT_MODEL_JOB, {"lane": "live"}, None),  # routed to llm by TASK_ROUTES
+        (NEXT_MODEL_JOB, {"lane": "bulk"}, LLM_BULK_QUEUE),
+    ]
+    live, bulk = fair.pop("live"), fair.pop("bulk")
+    assert live is not None and (live.org, live.kwargs) == ("org-a", {"topic_id": "t1"})
+    assert bulk is not None and (bulk.org, bulk.task) == ("org-b", EVALUATE_TOPIC)
+
+
+def test_a_retry_with_a_countdown_and_other_jobs_go_to_the_broker_as_they_are(
+    fair: FairQueue,
+) -> None:
+    sender = Sender()
+    queue = CeleryJobQueue(sender, fair)
+    queue.send(Job(SUMMARIZE_TOPIC, {"topic_id": "t1"}, countdown=5, org="org-a"))
+    queue.send(Job(INVALIDATE_MEMORY, {"org_id": "o"}))
+    assert [(name, queue_name) for name, _, queue_name in sender.sent] == [
+        (SUMMARIZE_TOPIC, None),
+        (INVALIDATE_MEMORY, None),
+    ]
+    assert fair.pop("live") is None
+
+
+def test_a_job_without_an_org_takes_the_fleets_turn(fair: FairQueue) -> None:
+    CeleryJobQueue(Sender(), fair).send(Job(SUMMARIZE_TOPIC, {"topic_id": "t"}))
+    popped = fair.pop("live")
+    assert popped is not None and popped.org == "fleet"
+
+
+def test_the_gauges_show_each_lane_with_no_org_label(fair: FairQueue) -> None:
+    from worker.fair_metrics import FairQueueCollector
+
+    fair.push("bulk", job("a", 0, pushed_at=1.0))
+    samples = {
+        (metric.name, sample.labels["lane"]): sample.value
+        for metric in FairQueueCollector(fair).collect()
+        for sample in metric.samples
+    }
+    assert samples[("driftless_fair_orgs_waiting", "live")] == 0
+    assert samples[("driftless_fair_orgs_waiting", "bulk")] == 1
+    assert samples[("driftless_fair_oldest_wait_seconds", "live")] == 0
+    assert samples[("driftless_fair_oldest_wait_seconds", "bulk")] > 60  # pushed at t=1

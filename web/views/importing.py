@@ -1,0 +1,29 @@
+"""POST /agents-api/import: an export, or chat histories, into the caller's org."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import request
+
+from shared.domain.limits import MAX_IMPORT_BYTES
+from shared.portability.importing import import_stream
+from web.auth import current_org
+from web.runtime import runtime, unit_of_work
+from web.schemas.common import dump
+from web.schemas.importing import NDJSON_BODY, ImportedOut, ImportQuery
+from web.views.common import api_blueprint
+
+bp = api_blueprint("importing", "import")
+
+
+@bp.post("/import", responses={200: ImportedOut}, openapi_extensions=NDJSON_BODY)
+def import_(query: ImportQuery) -> dict[str, Any]:
+    """Import the body, read line by line as it arrives; one transaction per session."""
+    request.max_content_length = MAX_IMPORT_BYTES  # past it: 413, as the stream is read
+    imported = import_stream(
+        new_uow=unit_of_work, org_id=current_org(), stream=request.stream,
+        limits=runtime().limits, source=query.format,
+        agent_id=query.agent_id, user_id=query.user_id,
+    )  # fmt: skip
+    return dump(ImportedOut(imported=imported.as_dict()))

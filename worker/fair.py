@@ -1,0 +1,84 @@
+"""The worker's side of fair share (shared/infra/fair.py): a ticket serves the next org's
+job, and the reconciler gives tickets to jobs that lost theirs."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+
+from celery import Task
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from shared.infra.bootstrap import Runtime
+from shared.infra.fair import LANES, FairJob, Lane
+from shared.infra.queue import Job, ticket
+from shared.llm.ratelimit import RateLimited
+from worker.metrics import JOB_WAIT, serving
+
+log = logging.getLogger(__name__)
+
+# A database blip: the job goes back to the broker after this long (then the task's
+# own retries, with backoff, take over).
+RETRY_AFTER_S = 5.0
+# Tickets the reconciler sends a lane at most per pass: enough to restart a stalled lane,
+# few enough that a wrong guess costs only empty tickets.
+TOP_UP_TICKETS = 100
+
+
+def serve_next(
+    task: Task,
+    lane: Lane,
+    jobs: Mapping[str, Callable[..., str]],
+    *,
+    on_failure: Callable[[FairJob], None],
+) -> str:
+    """Run the job whose org's turn it is in `lane`: its outcome, or "empty" if none waits.
+
+    A job the model's quota or the database turns away goes back to the broker as
+    itself, with a countdown, and retries there; what it wrote is nothing (the services
+    write after the call). Any other error ends it: `on_failure`, then raise.
+    """
+    runtime: Runtime = task.app.driftless
+    job = runtime.fair.pop(lane)
+    if job is None:
+        return "empty"
+    JOB_WAIT.labels(lane).observe(max(0.0, time.time() - job.pushed_at))
+    serving(task, job.task)
+    try:
+        return jobs[job.task](task.app, **job.kwargs)
+    except RateLimited as exc:
+        _send_back(runtime, lane, job, countdown=exc.retry_after_s)
+        return "rate_limited"
+    except (OperationalError, PoolTimeout):
+        log.warning("%s %s: database unavailable, sent back", job.task, job.kwargs, exc_info=True)
+        _send_back(runtime, lane, job, countdown=RETRY_AFTER_S)
+        return "retry"
+    except Exception:
+        on_failure(job)
+        raise
+
+
+def _send_back(runtime: Runtime, lane: Lane, job: FairJob, *, countdown: float) -> None:
+    runtime.queue.send(Job(job.task, job.kwargs, countdown=countdown, lane=lane, org=job.org))
+
+
+def top_up(runtime: Runtime, *, period_s: float) -> dict[str, int]:
+    """Tickets for lanes whose oldest job has waited longer than a reconcile period.
+
+    Its ticket may have been lost (sent after the push failed, or dropped with the
+    broker's data). A ticket too many finds an empty lane and ends at once, so a lane
+    that is only slow costs a few empty runs, never a job run twice.
+    """
+    sent: dict[str, int] = {}
+    for lane in LANES:
+        waiting = runtime.fair.waiting(lane)
+        if waiting.jobs and waiting.oldest_s > period_s:
+            count = min(waiting.jobs, TOP_UP_TICKETS)
+            for _ in range(count):
+                runtime.queue.send(ticket(lane))
+            sent[lane] = count
+            log.info("fair queue %s: %d tickets topped up (oldest %.0f s)", lane, count,
+                     waiting.oldest_s)  # fmt: skip
+    return sent
