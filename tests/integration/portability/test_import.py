@@ -3,6 +3,7 @@ references kept, idempotent, one transaction per session, and no model call."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from flask.testing import FlaskClient
@@ -184,3 +185,44 @@ def test_an_import_lands_only_in_the_callers_org(
     assert {s["id"] for s in mine["sessions"]}.isdisjoint(s["id"] for s in other["sessions"])
     sid = mine["sessions"][0]["id"]
     assert client.get(f"/agents-api/sessions/{sid}", headers=other_auth).status_code == 404
+
+
+def test_what_copy_escapes_is_stored_as_the_file_has_it(
+    client: FlaskClient, auth: dict[str, str]
+) -> None:
+    # Messages are written with COPY's text format: its delimiter, line ends, backslash and
+    # its NULL marker must come back as the characters, not as what they mean to COPY.
+    tricky = ["tab\there", "two\nlines\r\nend", "back\\slash", "\\N", "\\.", "a\\tb", "é ✓"]
+    lines = export_lines(sessions=1, messages=len(tricky))
+    for n, content in enumerate(tricky):
+        at = next(i for i, line in enumerate(lines) if f'"content":"message {n}:' in line)
+        message = json.loads(lines[at])
+        message["content"] = content
+        if message["role"] == "tool":
+            message["toolName"], message["toolCallId"] = "a\tb\\N", "\\N"
+        lines[at] = json.dumps(message)
+    assert _import(client, auth, body(lines)).status_code == 200
+    sessions: Any = client.get("/agents-api/sessions?agentId=planner&userId=ada", headers=auth).json
+    sid = sessions["sessions"][0]["id"]
+    stored: Any = client.get(f"/agents-api/sessions/{sid}/messages", headers=auth).json
+    assert [m["content"] for m in stored["messages"]] == tricky
+    tools = [m for m in stored["messages"] if m["role"] == "tool"]
+    assert tools and all((m["toolName"], m["toolCallId"]) == ("a\tb\\N", "\\N") for m in tools)
+
+
+def test_a_bad_line_far_into_the_file_is_named_though_lines_are_read_ahead(
+    client: FlaskClient, auth: dict[str, str], org: str, session_factory: sessionmaker[Session]
+) -> None:
+    # Lines are parsed in chunks on a second thread (shared/portability/ahead.py): the
+    # error still surfaces at its own line, after the sessions before it were committed.
+    lines = export_lines(sessions=3, messages=700)
+    third = [n for n, line in enumerate(lines) if '"type":"session"' in line][2]
+    bad = third + 500
+    lines[bad] = lines[bad].replace('"role":', '"rolle":')
+    response = _import(client, auth, body(lines))
+    assert response.status_code == 422
+    message = response.json["error"]["message"]
+    assert message.startswith(f"line {bad + 1}: ")
+    assert "2 session(s) and 1400 message(s) before it" in message
+    counts = _counts(session_factory, org)
+    assert (counts["sessions"], counts["messages"]) == (2, 1400)
