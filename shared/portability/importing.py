@@ -15,7 +15,6 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import closing
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,7 +36,6 @@ from shared.facts.history import import_fact_version
 from shared.infra.db.uow import UnitOfWork
 from shared.memory.scope import Scope
 from shared.portability import format as fmt
-from shared.portability.ahead import read_ahead
 from shared.portability.chat import import_chat
 from shared.portability.lines import (
     Imported,
@@ -100,17 +98,8 @@ def import_export(
     limits: Limits,
 ) -> Imported:
     """Import the export read from `stream` into `org_id`; DomainError naming the line."""
-    # Parsed on a thread of its own (ahead.py) while the lines before them are written.
-    lines = read_ahead(_checked(numbered_lines(stream, max_bytes=MAX_IMPORT_LINE_BYTES), limits))
-    with closing(lines):
-        return _import_lines(new_uow=new_uow, org_id=org_id, lines=lines)
-
-
-def _import_lines(
-    *, new_uow: Callable[[], UnitOfWork], org_id: uuid.UUID, lines: Iterator[tuple[int, Any]]
-) -> Imported:
-    """Import the parsed lines; DomainError naming the line."""
     done = Imported()
+    lines = _checked(numbered_lines(stream, max_bytes=MAX_IMPORT_LINE_BYTES), limits)
     # The unit of work being filled: a session's (with its restore and first line) or a
     # scope's facts. Only one is open at a time; the next kind of line commits it.
     current: _Open | None = None

@@ -208,21 +208,3 @@ def test_what_copy_escapes_is_stored_as_the_file_has_it(
     assert [m["content"] for m in stored["messages"]] == tricky
     tools = [m for m in stored["messages"] if m["role"] == "tool"]
     assert tools and all((m["toolName"], m["toolCallId"]) == ("a\tb\\N", "\\N") for m in tools)
-
-
-def test_a_bad_line_far_into_the_file_is_named_though_lines_are_read_ahead(
-    client: FlaskClient, auth: dict[str, str], org: str, session_factory: sessionmaker[Session]
-) -> None:
-    # Lines are parsed in chunks on a second thread (shared/portability/ahead.py): the
-    # error still surfaces at its own line, after the sessions before it were committed.
-    lines = export_lines(sessions=3, messages=700)
-    third = [n for n, line in enumerate(lines) if '"type":"session"' in line][2]
-    bad = third + 500
-    lines[bad] = lines[bad].replace('"role":', '"rolle":')
-    response = _import(client, auth, body(lines))
-    assert response.status_code == 422
-    message = response.json["error"]["message"]
-    assert message.startswith(f"line {bad + 1}: ")
-    assert "2 session(s) and 1400 message(s) before it" in message
-    counts = _counts(session_factory, org)
-    assert (counts["sessions"], counts["messages"]) == (2, 1400)
