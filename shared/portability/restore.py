@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import psycopg2.extensions
 from sqlalchemy import insert, select, text
 from sqlalchemy.exc import DBAPIError
 
@@ -311,7 +312,14 @@ def copy_messages(
     COPY costs PostgreSQL a fifth less than INSERT … SELECT FROM unnest (no arrays of
     literals to parse and unpack); the rows get the same generated search vector, index
     entries, foreign-key checks and WAL as any insert. The ids are taken first, as above.
+    psycopg2 has no COPY on a green connection (the gevent web's: "copy_expert cannot be
+    used with an asynchronous callback"), so there the batch is inserted instead.
     """
+    if psycopg2.extensions.get_wait_callback() is not None:
+        return insert_messages(
+            uow=uow, session_id=session_id, topic_ids=[row[0] for row in rows],
+            rows=[row[1:] for row in rows],
+        )  # fmt: skip
     ids = _next_ids(uow, len(rows))
     session = str(session_id)
     data = "".join(

@@ -3,14 +3,23 @@ references kept, idempotent, one transaction per session, and no model call."""
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
+import psycopg2.extensions
+import psycopg2.extras
 from flask.testing import FlaskClient
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
+from shared.auth.service import org_for_key
+from shared.domain.limits import Limits
+from shared.infra.db.engine import make_engine, make_session_factory
+from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import EVALUATE_TOPIC, SUMMARIZE_TOPIC, RecordingQueue
+from shared.portability.importing import import_stream
+from tests.conftest import new_key
 from tests.integration.portability.export_file import body, export_lines
 
 NDJSON = {"Content-Type": "application/x-ndjson"}
@@ -208,3 +217,28 @@ def test_what_copy_escapes_is_stored_as_the_file_has_it(
     assert [m["content"] for m in stored["messages"]] == tricky
     tools = [m for m in stored["messages"] if m["role"] == "tool"]
     assert tools and all((m["toolName"], m["toolCallId"]) == ("a\tb\\N", "\\N") for m in tools)
+
+
+def test_a_green_connection_that_cannot_copy_imports_all_the_same(
+    session_factory: sessionmaker[Session],
+) -> None:
+    # The gevent web's connections are green (psycogreen's wait callback), and psycopg2
+    # has no COPY on them; the import inserts there instead. Committed, on an engine whose
+    # connections are made green (the suite's own connection is not).
+    url = session_factory.kw["bind"].engine.url.render_as_string(hide_password=False)
+    psycopg2.extensions.set_wait_callback(psycopg2.extras.wait_select)
+    try:
+        engine = make_engine(url)
+        factory = make_session_factory(engine)
+        with UnitOfWork(factory, RecordingQueue()) as uow:
+            org = org_for_key(uow=uow, key=new_key(factory))
+        imported = import_stream(
+            new_uow=lambda: UnitOfWork(factory, RecordingQueue()), org_id=org,
+            stream=io.BytesIO(body(export_lines(sessions=1, messages=6))), limits=Limits(),
+        )  # fmt: skip
+        counts = _counts(factory, str(org))
+        engine.dispose()
+    finally:
+        psycopg2.extensions.set_wait_callback(None)
+    assert imported.as_dict()["messages"] == 6
+    assert counts["messages"] == 6
