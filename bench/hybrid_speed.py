@@ -28,17 +28,23 @@ speed against lexical on the same queries, and whether the vector side keeps to 
    large scope, else the scope's vectors sorted), meaning's statement as an exact sort
    (the scope's vectors by the session index) and as an HNSW walk at several
    `hnsw.ef_search`. For each: latency, the fewest
-   rows returned (a full pool is min(POOL, the scope's vectors)) and recall against the
+   rows returned (a full pool is min(NEAREST, the scope's vectors)) and recall against the
    exact scan.
    `--explain` prints EXPLAIN (ANALYZE, BUFFERS) of the statement as built for the big
    and each small scope to stderr.
 
     .venv/bin/python -m bench.hybrid_speed [--messages 100000] [--other-messages 100000]
         [--small 50,2000,20000] [--searches 300] [--strategy-searches 40] [--explain]
+        [--shared-buffers 2GB] [--keep DIR]
+
+The server gets `--shared-buffers` (default 2GB: the HNSW index and the vectors' heap fit,
+as pgvector advises for a deployment; docs/operations.md), set before the build and
+restarted for it. `--keep DIR` keeps the server's data in DIR; a later run with the same
+DIR reuses its scopes and vectors (the build takes 10 minutes) and only searches.
 
 The last line is machine-readable: `hybrid_p50_ms=… hybrid_p95_ms=… lexical_p95_ms=…
 scope_ok=… full_pool=…` (the big scope, in process; full_pool: the vector side as built
-came back with min(POOL, the scope's vectors) rows for every scope and query).
+came back with min(NEAREST, the scope's vectors) rows for every scope and query).
 """
 
 from __future__ import annotations
@@ -54,11 +60,20 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import sqlalchemy.exc
 from sqlalchemy import event, text
 
-from bench.common import BenchEnv, arguments, bench_env, machine, percentile
+from bench.common import (
+    BenchEnv,
+    arguments,
+    bench_env,
+    machine,
+    percentile,
+    reused_bench_env,
+)
 from bench.http_throughput import web_server
 from bench.search_speed import Query, Vocabulary, build_scope, queries, settle
 from shared.embeddings.schema import MESSAGE_VECTORS, ensure_hnsw_index, hnsw_index_name
@@ -81,6 +96,10 @@ MODEL = "bench-hashed-bag-384"
 DIMENSIONS = 384
 BUCKETS_PER_WORD = 8
 STORE_BATCH = 5000
+# The HNSW index of 322,000 vectors is about 585 MB and the vectors' heap 472 MB: pgvector
+# asks that the index fit in shared_buffers, as a deployment's would (docs/operations.md);
+# the embedded server's own default is 128 MB.
+SHARED_BUFFERS = "2GB"
 _WORD = re.compile(r"\w+")
 
 
@@ -178,10 +197,12 @@ def _part(statement: str) -> str:
         return "nearest (meaning.nearest's statement)"
     if "WITH walk AS" in statement:
         return "walk or sort (meaning._walks)"
+    if "message_ids" in statement:
+        return "the fused hits' rows (ranking.HITS)"
     if "= ANY(CAST(" in statement and "1 - (embedding" in statement:
-        return "cosines of the words' candidates"
-    if "ts_rank" in statement or "plainto_tsquery" in statement:
-        return "words (ranking.SEARCH, pool)"
+        return "cosines of the words' topics"
+    if "ts_rank" in statement:
+        return "words (ranking.scores: pool, cosines, neighbours)"
     return "other statements"
 
 
@@ -279,13 +300,15 @@ def nearest_scores(
         connection = uow.connection()
         began = time.perf_counter()
         if strategy is None:
-            rows = meaning.nearest(uow=uow, params=params, vector=vector, model=MODEL)
+            rows = meaning.nearest(
+                connection=uow.connection(), params=params, vector=vector, model=MODEL
+            )
         else:
             settings, walk = strategy
             for setting in (*settings, "hnsw.iterative_scan = relaxed_order"):
                 connection.execute(text(f"SET LOCAL {setting}"))
             values = {"vector": vector_literal(vector), "model": MODEL,
-                      "pool": meaning.POOL}  # fmt: skip
+                      "pool": meaning.NEAREST}  # fmt: skip
             statement = text(meaning._statement(DIMENSIONS, walk=walk))
             rows = connection.execute(statement, {**params, **values}).all()
         elapsed = (time.perf_counter() - began) * 1000
@@ -327,7 +350,9 @@ def explain(env: BenchEnv, scope: Scope, query: Query, vector: list[float]) -> s
     try:
         with env.uow() as uow:
             params = {**_params(scope, query.q), "topics": True}
-            rows = meaning.nearest(uow=uow, params=params, vector=vector, model=MODEL)
+            rows = meaning.nearest(
+                connection=uow.connection(), params=params, vector=vector, model=MODEL
+            )
     finally:
         event.remove(env.engine, "before_cursor_execute", prefixed)
     plan = "\n".join(str(row[0]) for row in rows)
@@ -364,16 +389,45 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--clients", type=int, default=4, help="ingest clients")
     parser.add_argument("--explain", action="store_true", help="EXPLAIN the statement to stderr")
+    parser.add_argument(
+        "--shared-buffers", default=SHARED_BUFFERS,
+        help="the server's shared_buffers (default: enough to hold the HNSW index)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--keep", type=Path, default=None,
+        help="keep the server's data in this directory; a later run with it reuses the scopes",
+    )  # fmt: skip
     args = parser.parse_args()
     host = machine()
     small = [int(size) for size in args.small.split(",") if size]
-    with pgvector_server() as admin_url:
-        env = bench_env(admin_url)
-        run(env, args, host, small)
+    settings = {"shared_buffers": args.shared_buffers}
+    with pgvector_server(directory=args.keep, settings=settings) as admin_url:
+        env = kept_env(admin_url) if args.keep else None
+        if env is None:
+            env = bench_env(admin_url)
+            run(env, args, host, small, build=True)
+        else:
+            print("  reusing the scopes kept in --keep", file=sys.stderr, flush=True)
+            run(env, args, host, small, build=False)
         env.engine.dispose()
 
 
-def run(env: BenchEnv, args: Any, host: str, small: list[int]) -> None:
+def kept_env(admin_url: str) -> BenchEnv | None:
+    """The bench database a run with the same --keep left, if it got as far as its
+    vectors; None to build anew."""
+    try:
+        env = reused_bench_env(admin_url)
+    except sqlalchemy.exc.OperationalError:  # no such database yet
+        return None
+    with env.engine.connect() as connection:
+        vectors = connection.execute(text("SELECT count(*) FROM message_vectors")).scalar()
+    if vectors:
+        return env
+    env.engine.dispose()
+    return None
+
+
+def run(env: BenchEnv, args: Any, host: str, small: list[int], *, build: bool) -> None:
     vocabulary = Vocabulary(seed=2025)
     org = env.org_id()
     big = Scope(org_id=org, agent_id=AGENT, user_id="main")
@@ -385,7 +439,7 @@ def run(env: BenchEnv, args: Any, host: str, small: list[int]) -> None:
         stub.vectors[query.q] = embedding(query.q)
     embed_ms = (time.perf_counter() - began) * 1000 / len(asked)
 
-    def build() -> None:
+    def build_scopes() -> None:
         with web_server(env, "procfile") as (port, _):
             build_scope(port, env.org_key, vocabulary, "main", args.messages, args.clients)
             for number in range(2):
@@ -395,8 +449,10 @@ def run(env: BenchEnv, args: Any, host: str, small: list[int]) -> None:
                 build_scope(port, env.org_key, vocabulary, scope.user_id, size, args.clients)
         settle(env)
 
-    built_s = timed_phase("scopes built through the API", build)
-    vectors_s = timed_phase("vectors stored, HNSW built, analyzed", lambda: store_vectors(env))
+    built_s = vectors_s = 0.0
+    if build:
+        built_s = timed_phase("scopes built through the API", build_scopes)
+        vectors_s = timed_phase("vectors stored, HNSW built, analyzed", lambda: store_vectors(env))
     warmup, timed = asked[: args.warmup], asked[args.warmup :]
     time_searches(env, big, warmup, stub)
     results = {scope.user_id: time_searches(env, scope, timed, stub) for scope in [big, *smalls]}
@@ -424,8 +480,12 @@ def report(
         f"bench/hybrid_speed: a scope of {args.messages:,} messages beside 2 of"
         f" {args.other_messages:,} and small ones of {args.small} ({counts[0]:,} messages,"
         f" {counts[1]:,} message and {counts[2]:,} topic vectors of {DIMENSIONS} dimensions;"
-        f" built in {built_s:.0f} s, vectors and index in {vectors_s:.0f} s);"
-        f" {counts[5].split(',')[0]}, pgvector {counts[4]}, shared_buffers {counts[3]};"
+        + (
+            f" built in {built_s:.0f} s, vectors and index in {vectors_s:.0f} s);"
+            if built_s
+            else " kept from an earlier run);"
+        )
+        + f" {counts[5].split(',')[0]}, pgvector {counts[4]}, shared_buffers {counts[3]};"
         f" machine: {host}"
     )
     print(f"  query vector by the stand-in (apart, not in the times below): {embed_ms:.3f} ms")
@@ -452,7 +512,7 @@ def report(
         "main": args.messages,
         **{f"small-{size}": int(size) for size in args.small.split(",")},
     }
-    full = all(as_built[scope] >= min(meaning.POOL, size) for scope, size in sizes.items())
+    full = all(as_built[scope] >= min(meaning.NEAREST, size) for scope, size in sizes.items())
     scope_ok = all(t.hits_outside == 0 for t in results.values())
     print(f"  the fewest rows of the vector side as built, by scope: {as_built}")
     print(

@@ -11,9 +11,10 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import psycopg2
 import pytest
 
 from shared.infra.db.migrate import upgrade
@@ -23,18 +24,45 @@ DATABASE = f"{services.TEST_DATABASE}_vectors"
 
 
 @contextlib.contextmanager
-def pgvector_server() -> Iterator[str]:
-    """The admin URL of an embedded PostgreSQL that has pgvector, in a temporary directory,
-    stopped and removed afterwards (the vector tests; the benches that need pgvector)."""
+def pgvector_server(
+    *, directory: Path | None = None, settings: Mapping[str, str] | None = None
+) -> Iterator[str]:
+    """The admin URL of an embedded PostgreSQL that has pgvector (the vector tests; the
+    benches that need pgvector), stopped afterwards. Its data is in `directory`, kept for
+    the next run, else in a temporary directory, removed. `settings` (ALTER SYSTEM, for
+    a bench's shared_buffers) take effect before the URL is given: the server restarts
+    when one needs it."""
     from shared.infra.embedded import start_postgres
 
-    home = Path(tempfile.mkdtemp(prefix="driftless-pgvector-"))
+    home = directory or Path(tempfile.mkdtemp(prefix="driftless-pgvector-"))
     server = start_postgres(home, stop_with_caller=True)
     try:
+        if settings and _needs_restart(server.url, settings):
+            server.stop()
+            server = start_postgres(home, stop_with_caller=True)
         yield server.url
     finally:
         server.stop()
-        shutil.rmtree(home, ignore_errors=True)
+        if directory is None:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def _needs_restart(url: str, settings: Mapping[str, str]) -> bool:
+    """Write `settings` to the server's postgresql.auto.conf; true if that changed it (a
+    kept server already has them)."""
+    connection = psycopg2.connect(url)
+    try:
+        connection.autocommit = True
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW data_directory")
+            (data_directory,) = cursor.fetchone() or ("",)
+            written = Path(data_directory, "postgresql.auto.conf")
+            before = written.read_text()
+            for name, value in settings.items():
+                cursor.execute(f"ALTER SYSTEM SET {name} = %s", (value,))
+            return written.read_text() != before
+    finally:
+        connection.close()
 
 
 @pytest.fixture(scope="session")

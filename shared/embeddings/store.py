@@ -19,6 +19,7 @@ from shared.embeddings.schema import (
     MESSAGE_VECTORS,
     TOPIC_VECTORS,
     ensure_hnsw_index,
+    indexed_distance,
     vector_tables_exist,
 )
 from shared.infra.config import Settings
@@ -293,7 +294,7 @@ def _nearest(
     # Spelled as the model's HNSW index (schema.ensure_hnsw_index), so the planner may
     # use it; with a scope's few sessions it may prefer the session index and sort.
     dimensions = len(query)
-    distance = f"(embedding::vector({dimensions}) <=> CAST(:query AS vector({dimensions})))"
+    distance = indexed_distance(dimensions, query=":query")
     rows = uow.session.execute(
         text(
             f"SELECT {key}, {distance} FROM {table}"

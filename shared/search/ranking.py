@@ -1,4 +1,6 @@
-"""The one statement that finds and ranks a scope's messages and topics for a query.
+"""How a scope's messages and topics are found and ranked by a query's words: one
+statement, SEARCH for a lexical search; a hybrid search's words side, `scores`, whose
+few fused winners HITS then dresses (shared/search/service.py).
 
 The ranking is BM25's idea on PostgreSQL's stored vectors, measured on LoCoMo by
 bench/recall_quality.py (docs/benchmarks.md):
@@ -14,8 +16,10 @@ bench/recall_quality.py (docs/benchmarks.md):
 - **Context.** A message's score adds NEIGHBOUR_WEIGHT × the scores of the NEIGHBOURS
   turns on each side of it in its session: a question's words are often spread over a
   question and its answer. Only the best RERANKED messages by their own score get this
-  (two index probes each), and the messages of `:also` (a hybrid search's nearest by
-  meaning, which the fusion must score by their words too; empty in a lexical search).
+  (two index probes each). A hybrid search gets each message's own score and its
+  neighbours' apart, with the cosines of both, for the fusion to apply the same rule to
+  the fused scores (shared/search/fusion.py), and scores the nearest by meaning that the
+  words' best did not bring by the same words and weights (`scores_of`).
 - **The topic a message belongs to** is ranked beside it, not into it: adding a share of
   the topic's score to each of its messages lifted every turn of a matching topic alike
   and cost recall (with idf weights, a share of 0.3 gave recall@10 0.538 on LoCoMo's dev
@@ -38,7 +42,9 @@ topics (R18) and their messages only when asked for.
 
 from __future__ import annotations
 
-from sqlalchemy import text
+import functools
+
+from sqlalchemy import TextClause, text
 
 from shared.infra.db.base import SEARCH_CONFIG
 
@@ -78,8 +84,58 @@ def snippet(content: str) -> str:
     )
 
 
-SEARCH = text(
-    f"""
+def _message_hits(dimensions: int | None) -> str:
+    """The CTE message_hits: the messages of `best` (id, session_id, own) with their
+    neighbours' scores added, the best :limit. With `dimensions`, each also has its own
+    words' score, its cosine to :vector (:model's vectors), and its neighbours' words'
+    scores and cosines summed, with their counts (a hybrid search's fusion)."""
+    meaning_columns = around_columns = around_vectors = own_vector = ""
+    if dimensions is not None:
+        cosine = (
+            f"1 - ({{0}}.embedding::vector({dimensions}) <=> CAST(:vector AS vector({dimensions})))"
+        )
+        vector_of = (
+            "LEFT JOIN message_vectors {0} ON {0}.message_id = {1} AND {0}.model = :model"
+            f" AND vector_dims({{0}}.embedding) = {dimensions}"
+        )
+        meaning_columns = (
+            f", best.own, {cosine.format('own_vector')} AS cosine,"
+            " coalesce(around.score, 0) AS around_words, around.turns,"
+            " coalesce(around.meaning, 0) AS around_meaning, around.embedded"
+        )
+        around_columns = (
+            f", count(*) AS turns, sum({cosine.format('nv')}) AS meaning,"
+            " count(nv.message_id) AS embedded"
+        )
+        around_vectors = vector_of.format("nv", "n.id")
+        own_vector = vector_of.format("own_vector", "best.id")
+    return f"""
+    message_hits AS (
+        SELECT best.id, best.own + {NEIGHBOUR_WEIGHT} * coalesce(around.score, 0) AS score
+               {meaning_columns}
+          FROM best
+          LEFT JOIN LATERAL (
+              SELECT sum({_score("n.search_vector")}) AS score {around_columns}
+                FROM ((SELECT id, search_vector FROM messages
+                        WHERE session_id = best.session_id AND id < best.id AND role <> 'tool'
+                        ORDER BY id DESC LIMIT {NEIGHBOURS})
+                      UNION ALL
+                      (SELECT id, search_vector FROM messages
+                        WHERE session_id = best.session_id AND id > best.id AND role <> 'tool'
+                        ORDER BY id LIMIT {NEIGHBOURS})) AS n
+                {around_vectors}
+          ) AS around ON true
+          {own_vector}
+         ORDER BY score DESC, best.id DESC
+         LIMIT :limit
+    )"""
+
+
+def _ranked(dimensions: int | None = None) -> str:
+    """The scope's best messages and topics by their words, as the CTEs message_hits and
+    topic_hits (id, score; at most :limit each; see _message_hits for `dimensions`), and
+    weighted, each word of the query with its weight."""
+    return f"""
     WITH query AS (SELECT {ANY_WORD} AS q),
     scope AS (
         SELECT id FROM sessions WHERE org_id = :org AND agent_id = :agent AND user_id = :user
@@ -142,32 +198,12 @@ SEARCH = text(
          ) AS df
     ),
     best AS (
-        (SELECT matches.id, matches.session_id, {_score("matches.search_vector")} AS own
-           FROM matches
-          ORDER BY own DESC
-          LIMIT {RERANKED})
-        UNION  -- a hybrid search's nearest messages, scored by their words as well
-        (SELECT m.id, m.session_id, {_score("m.search_vector")}
-           FROM messages m
-          WHERE :messages AND m.id = ANY(CAST(:also AS bigint[]))
-            AND m.session_id IN (SELECT id FROM scope))
+        SELECT matches.id, matches.session_id, {_score("matches.search_vector")} AS own
+          FROM matches
+         ORDER BY own DESC
+         LIMIT {RERANKED}
     ),
-    message_hits AS (
-        SELECT best.id, best.own + {NEIGHBOUR_WEIGHT} * coalesce(around.score, 0) AS score
-          FROM best
-          LEFT JOIN LATERAL (
-              SELECT sum({_score("n.search_vector")}) AS score
-                FROM ((SELECT search_vector FROM messages
-                        WHERE session_id = best.session_id AND id < best.id AND role <> 'tool'
-                        ORDER BY id DESC LIMIT {NEIGHBOURS})
-                      UNION ALL
-                      (SELECT search_vector FROM messages
-                        WHERE session_id = best.session_id AND id > best.id AND role <> 'tool'
-                        ORDER BY id LIMIT {NEIGHBOURS})) AS n
-          ) AS around ON true
-         ORDER BY score DESC, best.id DESC
-         LIMIT :limit
-    ),
+    {_message_hits(dimensions)},
     topic_hits AS (
         SELECT t.id, {_score("t.search_vector")} AS score
           FROM topics t CROSS JOIN query
@@ -178,6 +214,13 @@ SEARCH = text(
          ORDER BY score DESC, t.created_at DESC
          LIMIT :limit
     )
+"""
+
+
+# A lexical search: the best :limit of both kinds, each as its hit.
+SEARCH = text(
+    f"""
+    {_ranked()}
     SELECT 'message' AS kind, m.id AS message_id, m.session_id, m.topic_id, t.title,
            {snippet("m.content")} AS snippet,
            t.keep_in_memory, t.deprecated, hit.score, m.created_at
@@ -192,5 +235,84 @@ SEARCH = text(
       JOIN topics t ON t.id = hit.id
      ORDER BY score DESC, created_at DESC, message_id DESC NULLS LAST
      LIMIT :limit
+    """
+)
+
+
+# A hybrid search's columns: a message's own words' score and what _message_hits adds; a
+# topic's words' score; a word of the query (`word`, as a tsquery's text) and its weight.
+_HYBRID_COLUMNS = (
+    "kind, message_id, topic_id, score, cosine, around_words, turns, around_meaning, embedded, word"
+)
+_MESSAGES_SCORED = """
+    SELECT 'message' AS kind, hit.id AS message_id, NULL AS topic_id, hit.own AS score,
+           hit.cosine, hit.around_words, hit.turns, hit.around_meaning, hit.embedded,
+           NULL AS word
+      FROM message_hits hit"""
+
+
+@functools.cache
+def scores(dimensions: int) -> TextClause:
+    """A hybrid search's words side: the best :limit of each kind by key and score, with
+    what the fusion needs of the meaning of messages and of their neighbours, and the
+    query's words with their weights, for `scores_of`. Only the fused few become hits
+    (HITS): a snippet is a ts_headline, and the pool is hundreds."""
+    return text(
+        f"""
+        {_ranked(dimensions)}
+        SELECT {_HYBRID_COLUMNS} FROM (
+            {_MESSAGES_SCORED}
+            UNION ALL
+            SELECT 'topic', NULL, hit.id, hit.score, NULL, 0, 0, 0, 0, NULL FROM topic_hits hit
+            UNION ALL
+            SELECT 'word', NULL, NULL, w.idf, NULL, 0, 0, 0, 0, CAST(w.q AS text) FROM weighted w
+        ) AS scored
+         ORDER BY score DESC, message_id DESC NULLS LAST, topic_id  -- the fusion's ties
+        """
+    )
+
+
+@functools.cache
+def scores_of(dimensions: int) -> TextClause:
+    """The messages :ids of the scope (the nearest by meaning that the words' best did
+    not bring) as `scores` has them, by the words and weights `scores` gave (:words,
+    :idfs): a message a query's name or place matches without being among the words'
+    best must not count as matching nothing."""
+    return text(
+        f"""
+        WITH scope AS (
+            SELECT id FROM sessions WHERE org_id = :org AND agent_id = :agent AND user_id = :user
+        ),
+        weighted AS (
+            SELECT CAST(w.word AS tsquery) AS q, w.idf
+              FROM unnest(CAST(:words AS text[]), CAST(:idfs AS float8[])) AS w(word, idf)
+        ),
+        best AS (
+            SELECT m.id, m.session_id, {_score("m.search_vector")} AS own
+              FROM messages m
+             WHERE m.id = ANY(CAST(:ids AS bigint[])) AND m.session_id IN (SELECT id FROM scope)
+        ),
+        {_message_hits(dimensions)}
+        {_MESSAGES_SCORED}
+        """
+    )
+
+
+# The hits of these messages and topics (ids a search of this scope found), with the
+# snippets for :q; their scores are the caller's.
+HITS = text(
+    f"""
+    WITH query AS (SELECT {ANY_WORD} AS q)
+    SELECT 'message' AS kind, m.id AS message_id, m.session_id, m.topic_id, t.title,
+           {snippet("m.content")} AS snippet, t.keep_in_memory, t.deprecated, m.created_at
+      FROM messages m
+      JOIN topics t ON t.id = m.topic_id
+     WHERE m.id = ANY(CAST(:message_ids AS bigint[]))
+    UNION ALL
+    SELECT 'topic', NULL, t.session_id, t.id, t.title,
+           {snippet("coalesce(t.summary, t.title, '')")}, t.keep_in_memory, t.deprecated,
+           t.created_at
+      FROM topics t
+     WHERE t.id = ANY(CAST(:topic_ids AS uuid[]))
     """
 )

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from shared.domain.errors import Invalid
-from shared.embeddings.store import vectors_available
+from shared.embeddings.store import vector_literal, vectors_available
 from shared.infra.db.uow import UnitOfWork
 from shared.memory.scope import Scope
 from shared.search import fusion, meaning, ranking
@@ -28,6 +28,11 @@ from shared.topics.models import memory_state
 Kind = Literal["topic", "message"]
 KINDS: tuple[Kind, ...] = ("topic", "message")
 Mode = Literal["lexical", "hybrid"]
+Key = tuple[str, object]  # a hit's kind and its message's or topic's id
+# How many of the words' best messages and topics a hybrid search fuses with the nearest
+# (meaning.NEAREST): the z-scores are over all of them (LoCoMo dev, recall@10: 0.744 with
+# 20 a side, 0.773 with 100, 0.777 with 200, 0.774 with 1,000; docs/benchmarks.md).
+WORDS_POOL = 200
 MAX_QUERY_CHARS = 1000
 MAX_LIMIT = 50
 DEFAULT_LIMIT = 10
@@ -121,24 +126,56 @@ def search(*, uow: UnitOfWork, query: SearchQuery, vectors: QueryVectors | None 
 def _hybrid(
     uow: UnitOfWork, query: SearchQuery, params: dict[str, Any], vector: list[float], model: str
 ) -> list[Hit]:
-    """Each side's best POOL, every candidate's score on both sides, fused; the query's
-    limit of them."""
-    near = meaning.nearest(uow=uow, params=params, vector=vector, model=model)
-    by_meaning = {_key(row): row for row in near}
-    # The nearest messages get their words' score too (own and neighbours'): a message a
-    # query's name or place matches without being among the words' best would otherwise
-    # count as matching nothing (LoCoMo dev, recall@10: 0.746 without, 0.777 with).
-    also = [key[1] for key in by_meaning if key[0] == "message"]
-    pool = {**params, "limit": meaning.POOL + len(also), "also": also}
-    by_words = {_key(row): row for row in uow.connection().execute(ranking.SEARCH, pool)}
-    cosines: dict[tuple[str, object], float | None] = {
-        key: float(row._mapping["score"]) for key, row in by_meaning.items()
-    }
-    unmeasured = [key for key in by_words if key not in cosines]
-    cosines.update(meaning.similarities(uow=uow, keys=unmeasured, vector=vector, model=model))
-    words = {key: float(row._mapping["score"]) for key, row in by_words.items()}
-    fused = fusion.fuse(words, cosines, limit=query.limit)
-    return [_hit(by_words.get(f.key) or by_meaning[f.key], score=f.score) for f in fused]
+    """Each side's best (WORDS_POOL, meaning.NEAREST), every candidate's scores on both
+    sides, fused; the query's limit of them, as hits. The nearest are found beside the
+    words' best (on another connection when the pool has one to give: meaning.beside)."""
+    connection = uow.connection()
+    dimensions = len(vector)
+    hybrid = {**params, "limit": WORDS_POOL, "model": model, "vector": vector_literal(vector)}
+    with meaning.beside(connection, params=params, vector=vector, model=model) as nearest:
+        scored = connection.execute(ranking.scores(dimensions), hybrid).all()
+        near = nearest()
+    weights = [row for row in scored if row.kind == "word"]
+    candidates = [row for row in scored if row.kind != "word"]
+    cosines: dict[Key, float | None] = {_key(row): float(row.score) for row in near}
+    # The nearest messages get their words' scores too (own and neighbours'): one a query's
+    # name or place matches without being among the words' best would otherwise count as
+    # matching nothing (LoCoMo dev, recall@10: 0.746 without, 0.777 with).
+    brought = {_key(row) for row in candidates}
+    unscored = [key[1] for key in cosines if key[0] == "message" and key not in brought]
+    if unscored:
+        candidates += connection.execute(
+            ranking.scores_of(dimensions),
+            {**hybrid, "ids": unscored, "limit": len(unscored),
+             "words": [row.word for row in weights], "idfs": [row.score for row in weights]},
+        ).all()  # fmt: skip
+    words: dict[Key, float] = {}
+    around: dict[Key, fusion.Around] = {}
+    for row in candidates:
+        key = _key(row)
+        words[key] = float(row.score)
+        if row.kind == "message":  # every message candidate, with its exact cosine
+            cosines[key] = None if row.cosine is None else float(row.cosine)
+            around[key] = fusion.Around(
+                words=float(row.around_words), turns=int(row.turns),
+                meaning=float(row.around_meaning), embedded=int(row.embedded),
+            )  # fmt: skip
+    unmeasured = [key for key in words if key not in cosines]  # topics the words found
+    cosines.update(
+        meaning.similarities(connection=connection, keys=unmeasured, vector=vector, model=model)
+    )
+    fused = fusion.fuse(words, cosines, limit=query.limit, around=around)
+    rows = connection.execute(
+        ranking.HITS,
+        {
+            **params,
+            "message_ids": [f.key[1] for f in fused if f.key[0] == "message"],
+            "topic_ids": [f.key[1] for f in fused if f.key[0] == "topic"],
+        },
+    )
+    dressed = {_key(row): row for row in rows}
+    # A hit whose row went meanwhile (erased by another transaction) is left out.
+    return [_hit(dressed[f.key], score=f.score) for f in fused if f.key in dressed]
 
 
 def _query_vector(
@@ -164,11 +201,10 @@ def _params(query: SearchQuery) -> dict[str, Any]:
         "common_matches": ranking.COMMON_MATCHES,
         "headline": ranking.HEADLINE,
         "whole": ranking.WHOLE_SNIPPET_CHARS,
-        "also": [],
     }
 
 
-def _key(row: object) -> tuple[str, object]:
+def _key(row: object) -> Key:
     r = row._mapping  # type: ignore[attr-defined]
     return (r["kind"], r["message_id"] if r["kind"] == "message" else r["topic_id"])
 

@@ -9,7 +9,12 @@ import uuid
 from typing import Any
 
 from shared.embeddings.sweep import sweep
+from shared.infra.db.engine import make_engine, make_session_factory
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
+from shared.memory.scope import Scope
 from shared.search import meaning
+from shared.search.service import SearchQuery, search
 from tests.embedding_standin import embedding
 from tests.helpers import new_session, post_message
 from tests.integration.embeddings.conftest import VectorSystem
@@ -206,3 +211,42 @@ def test_a_scope_large_enough_to_walk_the_hnsw_index_still_keeps_to_itself(
     assert found["mode"] == "hybrid"
     assert {hit["sessionId"] for hit in found["results"]} == {mine}
     assert found["results"][0]["snippet"] == ABOUT_THE_DOCTOR
+
+
+class _StandinQueryVectors:
+    """The query's vector as the scripted model makes it, without the HTTP round trip."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+
+    def vector(self, text: str, *, org_id: uuid.UUID | None) -> list[float] | None:
+        return _meaning(text)
+
+
+def test_the_nearest_found_beside_the_words_or_in_turn_answer_alike(
+    vectors: VectorSystem, fake_openai: FakeOpenAI, monkeypatch: Any
+) -> None:
+    fake_openai.embeddings_answer_with(_answer_by_meaning)
+    auth = vectors.new_org()
+    sid = _conversation(vectors, auth)
+    _embed_all(vectors)
+    org = vectors.rows("SELECT org_id FROM sessions WHERE id = :sid", sid=sid)[0][0]
+    apart: list[int] = []
+    on_its_own = meaning._nearest_apart
+    monkeypatch.setattr(meaning, "_nearest_apart", lambda *a: apart.append(1) or on_its_own(*a))
+    url = vectors.factory.kw["bind"].url
+    answers = {}
+    for pool_size in (1, 2):  # one connection: the search's own; two: one beside it
+        engine = make_engine(url.render_as_string(hide_password=False), pool_size=pool_size,
+                             max_overflow=0)  # fmt: skip
+        with UnitOfWork(make_session_factory(engine), RecordingQueue()) as uow:
+            found = search(
+                uow=uow, vectors=_StandinQueryVectors(vectors.embedder.model),
+                query=SearchQuery(scope=Scope(org_id=org, agent_id="agent-1", user_id="ada"),
+                                  q="Where did my physician go?", kind="message"),
+            )  # fmt: skip
+        engine.dispose()
+        answers[pool_size] = (found.mode, [(h.message_id, h.score) for h in found.hits])
+        assert len(apart) == pool_size - 1  # beside only when the pool had one to give
+    assert answers[1] == answers[2]
+    assert answers[1][0] == "hybrid" and answers[1][1]

@@ -12,7 +12,8 @@ from flask.testing import FlaskClient
 from sqlalchemy import Connection, text
 
 from shared.embeddings.backfill import send_batches
-from shared.embeddings.store import nearest_messages
+from shared.embeddings.schema import MESSAGE_VECTORS, hnsw_index_name, indexed_distance
+from shared.embeddings.store import nearest_messages, store_message_vectors, vector_literal
 from shared.embeddings.sweep import Cursors, sweep
 from shared.erasure.service import erase_user_everywhere
 from shared.infra.config import Settings
@@ -276,3 +277,30 @@ def test_with_pgvector_the_models_and_migrations_still_agree(
 
     check(vector_database_url)  # the vector tables are no model's, and not a difference
     assert ensure_vector_schema_at(vector_database_url)  # again: idempotent
+
+
+def test_a_model_past_2000_dimensions_gets_a_half_precision_hnsw_index_that_a_walk_uses(
+    vectors: VectorSystem,
+) -> None:
+    # text-embedding-3-large's size: past what a single-precision HNSW index takes.
+    model, dimensions = f"{vectors.prefix}large-3072", 3072
+    sid = _conversation(vectors, vectors.new_org())
+    ids = [row[0] for row in vectors.rows("SELECT id FROM messages WHERE session_id = :s", s=sid)]
+    with vectors.unit_of_work() as uow:
+        store_message_vectors(
+            uow=uow, model=model,
+            vectors=[(i, [1.0 if d % len(ids) == n else 0.0 for d in range(dimensions)])
+                     for n, i in enumerate(ids)],
+        )  # fmt: skip
+        uow.commit()
+    index = hnsw_index_name(MESSAGE_VECTORS, model, dimensions)
+    (definition,) = vectors.rows("SELECT indexdef FROM pg_indexes WHERE indexname = :i", i=index)
+    assert "halfvec(3072)" in definition[0] and "halfvec_cosine_ops" in definition[0]
+    with vectors.unit_of_work() as uow:
+        uow.session.execute(text("SET LOCAL enable_seqscan = off"))
+        plan = uow.session.execute(
+            text(f"EXPLAIN SELECT message_id FROM message_vectors WHERE model = :model"
+                 f" ORDER BY {indexed_distance(dimensions)} LIMIT 2"),
+            {"model": model, "vector": vector_literal([1.0] + [0.0] * (dimensions - 1))},
+        ).all()  # fmt: skip
+    assert index in "\n".join(row[0] for row in plan)
