@@ -1,5 +1,6 @@
 """The meaning half of a hybrid search: a scope's messages and topics nearest to the
-query's vector, as keys and scores like the words' (ranking.SCORES).
+query's vector, as keys and scores like the words' (ranking.scores), found beside them
+on a second connection when the pool has one to give (`beside`).
 
 Vectors are pgvector's, written by the workers (shared/embeddings/). Only a model's own
 vectors of the query's dimension are compared, spelled as that model's HNSW expression
