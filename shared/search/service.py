@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
+
+from sqlalchemy import Connection
+from sqlalchemy.engine import Row
 
 from shared.domain.errors import Invalid
 from shared.embeddings.store import vector_literal, vectors_available
@@ -130,28 +134,14 @@ def _hybrid(
     sides, fused; the query's limit of them, as hits. The nearest are found beside the
     words' best (on another connection when the pool has one to give: meaning.beside)."""
     connection = uow.connection()
-    dimensions = len(vector)
     hybrid = {**params, "limit": WORDS_POOL, "model": model, "vector": vector_literal(vector)}
     with meaning.beside(connection, params=params, vector=vector, model=model) as nearest:
-        scored = connection.execute(ranking.scores(dimensions), hybrid).all()
+        scored = connection.execute(ranking.scores(len(vector)), hybrid).all()
         near = nearest()
-    weights = [row for row in scored if row.kind == "word"]
-    candidates = [row for row in scored if row.kind != "word"]
     cosines: dict[Key, float | None] = {_key(row): float(row.score) for row in near}
-    # The nearest messages get their words' scores too (own and neighbours'): one a query's
-    # name or place matches without being among the words' best would otherwise count as
-    # matching nothing (LoCoMo dev, recall@10: 0.746 without, 0.777 with).
-    brought = {_key(row) for row in candidates}
-    unscored = [key[1] for key in cosines if key[0] == "message" and key not in brought]
-    if unscored:
-        candidates += connection.execute(
-            ranking.scores_of(dimensions),
-            {**hybrid, "ids": unscored, "limit": len(unscored),
-             "words": [row.word for row in weights], "idfs": [row.score for row in weights]},
-        ).all()  # fmt: skip
     words: dict[Key, float] = {}
     around: dict[Key, fusion.Around] = {}
-    for row in candidates:
+    for row in _candidates(connection, hybrid, scored, cosines, len(vector)):
         key = _key(row)
         words[key] = float(row.score)
         if row.kind == "message":  # every message candidate, with its exact cosine
@@ -165,6 +155,34 @@ def _hybrid(
         meaning.similarities(connection=connection, keys=unmeasured, vector=vector, model=model)
     )
     fused = fusion.fuse(words, cosines, limit=query.limit, around=around)
+    return _hits(connection, params, fused)
+
+
+def _candidates(
+    connection: Connection, hybrid: dict[str, Any], scored: Sequence[Row[Any]],
+    cosines: dict[Key, float | None], dimensions: int,
+) -> list[Row[Any]]:  # fmt: skip
+    """The words' candidates (`scored`, less its words' weights) and the nearest messages
+    they did not bring, scored by the same words and weights: one a query's name or place
+    matches without being among the words' best would otherwise count as matching
+    nothing (LoCoMo dev, recall@10: 0.746 without, 0.777 with)."""
+    weights = [row for row in scored if row.kind == "word"]
+    candidates = [row for row in scored if row.kind != "word"]
+    brought = {_key(row) for row in candidates}
+    unscored = [key[1] for key in cosines if key[0] == "message" and key not in brought]
+    if unscored:
+        candidates += connection.execute(
+            ranking.scores_of(dimensions),
+            {**hybrid, "ids": unscored, "limit": len(unscored),
+             "words": [row.word for row in weights], "idfs": [row.score for row in weights]},
+        ).all()  # fmt: skip
+    return candidates
+
+
+def _hits(
+    connection: Connection, params: dict[str, Any], fused: Sequence[fusion.Fused[Key]]
+) -> list[Hit]:
+    """The fused candidates as hits, read with their snippets (only these few)."""
     rows = connection.execute(
         ranking.HITS,
         {
