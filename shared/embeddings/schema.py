@@ -107,6 +107,12 @@ def hnsw_index_name(table: str, model: str, dimensions: int) -> str:
     return f"ix_{table}_hnsw_{digest}_{dimensions}"
 
 
+def exact_distance(dimensions: int, vector: str = "embedding", query: str = ":vector") -> str:
+    """The cosine distance of `vector` to `query` in single precision: what a search scores
+    by (the stored vectors as they are)."""
+    return f"({vector}::vector({dimensions}) <=> CAST({query} AS vector({dimensions})))"
+
+
 def indexed_distance(dimensions: int, vector: str = "embedding", query: str = ":vector") -> str:
     """The cosine distance of `vector` to `query` as the HNSW index of `dimensions` orders
     it: an ORDER BY of this, under the index's model, can walk the index."""

@@ -115,13 +115,14 @@ class SessionRestore:
             raise Invalid("a second active topic in the session (R4: exactly one)")
         if line.memory_state_set_by not in (None, *ACTORS):
             raise Invalid(f"memoryStateSetBy: one of {', '.join(ACTORS)}, or null")
+        topic_id = new_id(self.org_id, line.id)
         self.topics[line.id] = _TopicCounts()
-        self.topic_ids[line.id] = str(new_id(self.org_id, line.id))
+        self.topic_ids[line.id] = str(topic_id)
         self.topic_lines[line.id] = line
         self.in_memory |= line.keep_in_memory or line.deprecated
         self.uow.session.execute(
             insert(Topic).values(
-                id=new_id(self.org_id, line.id),
+                id=topic_id,
                 session_id=self.id,
                 status=line.status,
                 title=line.title,

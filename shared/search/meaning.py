@@ -25,7 +25,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.engine import Row
 from sqlalchemy.pool import QueuePool
 
-from shared.embeddings.schema import indexed_distance
+from shared.embeddings.schema import exact_distance, indexed_distance
 from shared.embeddings.store import vector_literal
 
 # How many of the scope's nearest messages, and of its nearest topics, the fusion considers
@@ -70,7 +70,7 @@ _WALKS = f"""
 
 
 def _statement(dimensions: int, *, walk: bool = False) -> str:
-    exact = f"(v.embedding::vector({dimensions}) <=> CAST(:vector AS vector({dimensions})))"
+    exact = exact_distance(dimensions, "v.embedding")
     # A walk orders as the HNSW index does (half precision); a sort, exactly.
     distance = indexed_distance(dimensions, "v.embedding") if walk else exact
     scope = _SCOPE
@@ -107,42 +107,33 @@ def _statement(dimensions: int, *, walk: bool = False) -> str:
     """
 
 
-def similarities(
-    *,
-    connection: Connection,
-    keys: Sequence[tuple[str, object]],
-    vector: Sequence[float],
-    model: str,
-) -> dict[tuple[str, object], float]:
-    """The cosine similarity to `vector` of each message and topic among `keys` (kind, id)
-    that has a vector of `model`: the words' candidates the nearest did not bring."""
+def topic_similarities(
+    *, connection: Connection, topic_ids: Sequence[object], vector: Sequence[float], model: str
+) -> dict[object, float]:
+    """The cosine similarity to `vector` of each of these topics that has a vector of
+    `model`: the words' topics the nearest did not bring (every message candidate gets
+    its cosine with its words' scores, ranking.scores)."""
+    if not topic_ids:
+        return {}
     dimensions = len(vector)
-    distance = f"(embedding::vector({dimensions}) <=> CAST(:vector AS vector({dimensions})))"
-    found: dict[tuple[str, object], float] = {}
-    for kind, table, column, cast in (
-        ("message", "message_vectors", "message_id", "bigint[]"),
-        ("topic", "topic_vectors", "topic_id", "uuid[]"),
-    ):
-        ids = [key_id for key_kind, key_id in keys if key_kind == kind]
-        if not ids:
-            continue
-        rows = connection.execute(
-            text(
-                f"SELECT {column}, 1 - {distance} FROM {table}"
-                f" WHERE {column} = ANY(CAST(:ids AS {cast})) AND model = :model"
-                f" AND vector_dims(embedding) = {dimensions}"
-            ),
-            {"ids": ids, "vector": vector_literal(vector), "model": model},
-        )
-        found.update({(kind, row[0]): float(row[1]) for row in rows})
-    return found
+    rows = connection.execute(
+        text(
+            f"SELECT topic_id, 1 - {exact_distance(dimensions)} FROM topic_vectors"
+            " WHERE topic_id = ANY(CAST(:ids AS uuid[])) AND model = :model"
+            f" AND vector_dims(embedding) = {dimensions}"
+        ),
+        {"ids": list(topic_ids), "vector": vector_literal(vector), "model": model},
+    )
+    return {row[0]: float(row[1]) for row in rows}
 
 
 def nearest(
-    *, connection: Connection, params: dict[str, object], vector: Sequence[float], model: str
-) -> Sequence[Row[tuple[object, ...]]]:
+    *, connection: Connection, params: dict[str, object], vector: Sequence[float], model: str,
+    own_transaction: bool = False,
+) -> Sequence[Row[tuple[object, ...]]]:  # fmt: skip
     """The scope's nearest messages and topics (by `params`, the lexical statement's), each
-    scored by its cosine similarity to `vector` (1: same direction)."""
+    scored by its cosine similarity to `vector` (1: same direction). With
+    `own_transaction`, the planner settings it makes are left for the transaction's end."""
     # Within this transaction only. The scope's vectors are read by an index, never by a
     # scan of the table (the planner's estimate of vector_dims makes one look cheap: a
     # 20,000-message scope took 137 ms so, 24 ms by its sessions). A walk of the HNSW index
@@ -160,7 +151,9 @@ def nearest(
         text(_statement(len(vector), walk=walk)),
         {**params, "vector": vector_literal(vector), "model": model, "pool": NEAREST},
     ).all()
-    # The rest of the transaction (the words' statement) plans as it always did.
+    if own_transaction:
+        return rows
+    # The rest of the transaction (the words' statements) plans as it always did.
     connection.exec_driver_sql(
         "; ".join(f"SET LOCAL {setting.split(' = ')[0]} TO DEFAULT" for setting in settings)
     )
@@ -197,7 +190,9 @@ def _nearest_apart(
     engine: Engine, params: dict[str, object], vector: Sequence[float], model: str
 ) -> Sequence[Row[tuple[object, ...]]]:
     with engine.connect() as other, other.begin():
-        return nearest(connection=other, params=params, vector=vector, model=model)
+        return nearest(
+            connection=other, params=params, vector=vector, model=model, own_transaction=True
+        )
 
 
 @functools.cache

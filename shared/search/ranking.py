@@ -46,6 +46,7 @@ import functools
 
 from sqlalchemy import TextClause, text
 
+from shared.embeddings.schema import exact_distance
 from shared.infra.db.base import SEARCH_CONFIG
 
 NEIGHBOUR_WEIGHT = 0.3
@@ -91,9 +92,7 @@ def _message_hits(dimensions: int | None) -> str:
     scores and cosines summed, with their counts (a hybrid search's fusion)."""
     meaning_columns = around_columns = around_vectors = own_vector = ""
     if dimensions is not None:
-        cosine = (
-            f"1 - ({{0}}.embedding::vector({dimensions}) <=> CAST(:vector AS vector({dimensions})))"
-        )
+        cosine = f"1 - {exact_distance(dimensions, '{0}.embedding')}"
         vector_of = (
             "LEFT JOIN message_vectors {0} ON {0}.message_id = {1} AND {0}.model = :model"
             f" AND vector_dims({{0}}.embedding) = {dimensions}"

@@ -150,10 +150,11 @@ def _hybrid(
                 words=float(row.around_words), turns=int(row.turns),
                 meaning=float(row.around_meaning), embedded=int(row.embedded),
             )  # fmt: skip
-    unmeasured = [key for key in words if key not in cosines]  # topics the words found
-    cosines.update(
-        meaning.similarities(connection=connection, keys=unmeasured, vector=vector, model=model)
+    unmeasured = [key[1] for key in words if key not in cosines]  # topics the words found
+    found = meaning.topic_similarities(
+        connection=connection, topic_ids=unmeasured, vector=vector, model=model
     )
+    cosines.update({("topic", topic_id): cosine for topic_id, cosine in found.items()})
     fused = fusion.fuse(words, cosines, limit=query.limit, around=around)
     return _hits(connection, params, fused)
 
