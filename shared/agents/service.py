@@ -9,8 +9,8 @@ from sqlalchemy import func
 from sqlalchemy.dialects.postgresql import insert
 
 from shared.agents.models import AgentProfile
+from shared.agents.rules import check_profile
 from shared.domain.errors import NotFound
-from shared.domain.limits import check_json
 from shared.infra.db.uow import UnitOfWork
 
 
@@ -24,8 +24,7 @@ def put_agent(
     tools: list[Any],
 ) -> AgentProfile:
     """Create or replace the profile (an upsert, so concurrent PUTs cannot collide)."""
-    check_json(skills, field="skills", limits=uow.limits)
-    check_json(tools, field="tools", limits=uow.limits)
+    check_profile(soul=soul, skills=skills, tools=tools, limits=uow.limits)
     values = {"soul": soul, "skills": skills, "tools": tools}
     statement = (
         insert(AgentProfile)

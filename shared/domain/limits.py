@@ -40,6 +40,15 @@ MAX_FACTS_BYTES = 64 * 1024
 MAX_FACT_VALUE_BYTES = 16 * 1024
 MAX_WORKING_MEMORY_BYTES = 16 * 1024
 MAX_NOTES_CHARS = 20_000
+# A topic's title as a client names it (POST …/topics); the summarizer keeps 120. Both
+# it and the summary are rendered into every later prompt of the scope (R1, R2).
+MAX_TOPIC_TITLE_CHARS = 500
+MAX_SUMMARY_CHARS = 2000
+# An agent profile (the stable prefix's inputs, R1), whoever writes it: PUT /agents or
+# an import. Its tools are function definitions (shared/agents/rules.py).
+MAX_SOUL_CHARS = 50_000
+MAX_AGENT_SKILLS = 200
+MAX_AGENT_TOOLS = 200
 # A tool call is stored as one message (R7); this leaves room for its JSON envelope.
 MAX_TOOL_ARGUMENTS_CHARS = 50_000
 # Import (shared/portability/): the body is streamed, so what bounds a request's memory
@@ -97,6 +106,27 @@ def check_message_content(content: str) -> None:
         raise Invalid(
             f"content: {len(content)} characters; a message holds at most {MAX_MESSAGE_CHARS}"
         )
+
+
+def check_notes(content: str) -> None:
+    # Active notes are injected every turn (R23): appends must not grow them without end.
+    if len(content) > MAX_NOTES_CHARS:
+        raise TooLarge(
+            f"the topic's notes would exceed {MAX_NOTES_CHARS} characters;"
+            " rewrite them shorter with `update`"
+        )
+
+
+def check_title(title: str | None, *, field: str = "title") -> None:
+    """Invalid when a topic's title is longer than a client may name it."""
+    if title is not None and len(title) > MAX_TOPIC_TITLE_CHARS:
+        raise Invalid(f"{field}: {len(title)} characters; at most {MAX_TOPIC_TITLE_CHARS}")
+
+
+def check_summary(summary: str | None) -> None:
+    """Invalid when a summary is longer than the summarizer keeps (the prompt's cap)."""
+    if summary is not None and len(summary) > MAX_SUMMARY_CHARS:
+        raise Invalid(f"summary: {len(summary)} characters; at most {MAX_SUMMARY_CHARS}")
 
 
 # Strings first (they may hold brackets), then the brackets that remain.

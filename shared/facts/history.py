@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy import func, select, update
@@ -30,6 +30,10 @@ ChangedBy = Literal["user", "agent", "import"]
 
 # One answer of GET /facts/history holds at most this many versions; `before` pages on.
 MAX_HISTORY_PAGE = 1_000
+
+# How far ahead of this server's clock an imported fact's moment may be (another server's
+# clock, set a little ahead): a moment past it is refused (_check_import).
+MAX_CLOCK_SKEW = timedelta(days=1)
 
 # Rows the export reads from the database at a time.
 _EXPORT_BATCH = 500
@@ -242,4 +246,13 @@ def _check_import(*, key: str, value: Any, valid_from: datetime, valid_to: datet
         raise Invalid("validFrom, validTo: a moment needs its timezone")
     if valid_to is not None and valid_to < valid_from:
         raise Invalid("validTo: earlier than validFrom")
+    # A value cannot have been set in the future. One that claims to be would also stick:
+    # every later change must begin after it (_moment_of_change), and past the year
+    # 9999 (9999-12-31T23:59:59.999999Z plus a microsecond) no moment can be read back.
+    latest = datetime.now(UTC) + MAX_CLOCK_SKEW
+    if max(valid_from, valid_to or valid_from) > latest:
+        raise Invalid(
+            f"validFrom, validTo: later than this server's clock (by more than"
+            f" {MAX_CLOCK_SKEW.days} day); a fact's value cannot have been set in the future"
+        )
     check_size(value, what=f"the fact {key[:60]!r}", max_bytes=MAX_FACT_VALUE_BYTES)

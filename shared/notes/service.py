@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import bindparam, func, select, update
 
-from shared.domain.errors import TooLarge
-from shared.domain.limits import MAX_NOTES_CHARS
+from shared.domain.limits import check_notes
 from shared.infra.db.uow import UnitOfWork
 from shared.notes.models import NotesDocument
 from shared.topics.models import Topic
@@ -32,31 +31,22 @@ def _active_document(*, uow: UnitOfWork, topic_id: uuid.UUID) -> NotesDocument |
     )
 
 
-def _check_notes_size(content: str) -> None:
-    # Active notes are injected every turn (R23): appends must not grow them without end.
-    if len(content) > MAX_NOTES_CHARS:
-        raise TooLarge(
-            f"the topic's notes would exceed {MAX_NOTES_CHARS} characters;"
-            " rewrite them shorter with `update`"
-        )
-
-
 def append_notes(*, uow: UnitOfWork, topic: Topic, content: str) -> NotesView:
     document = _active_document(uow=uow, topic_id=topic.id)
     if document is None:
-        _check_notes_size(content)
+        check_notes(content)
         document = NotesDocument(topic_id=topic.id, content=content, status="active")
         uow.session.add(document)
     else:
         appended = f"{document.content}{ENTRY_SEPARATOR}{content}" if document.content else content
-        _check_notes_size(appended)
+        check_notes(appended)
         document.content = appended
     uow.session.flush()
     return NotesView(topic_id=topic.id, content=document.content, archived=False)
 
 
 def replace_notes(*, uow: UnitOfWork, topic: Topic, content: str) -> NotesView:
-    _check_notes_size(content)
+    check_notes(content)
     document = _active_document(uow=uow, topic_id=topic.id)
     if document is None:
         document = NotesDocument(topic_id=topic.id, content=content, status="active")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import UTC, datetime
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
@@ -24,17 +23,15 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from shared.domain.errors import Invalid
+from shared.domain.moments import in_utc
 
 FORMAT: Final = "driftless.export"
 VERSION: Final = 1
 
 
-def _utc(value: datetime) -> datetime:
-    # Serialized as "…Z" only when the offset is UTC: the database hands back its own zone.
-    return value.astimezone(UTC)
-
-
-Timestamp = Annotated[AwareDatetime, AfterValidator(_utc)]
+# Serialized as "…Z" only when the offset is UTC (the database hands back its own zone);
+# a moment with no UTC spelling is refused as the API's are.
+Timestamp = Annotated[AwareDatetime, AfterValidator(in_utc)]
 
 
 class LineModel(BaseModel):

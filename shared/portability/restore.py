@@ -29,7 +29,13 @@ from sqlalchemy.exc import DBAPIError
 
 from shared.curation.models import ACTORS, MemoryChange
 from shared.domain.errors import Invalid
-from shared.domain.limits import check_message_content
+from shared.domain.limits import (
+    MAX_SCOPE_ID_CHARS,
+    check_message_content,
+    check_notes,
+    check_summary,
+    check_title,
+)
 from shared.infra.db.uow import UnitOfWork
 from shared.memory.scope import Scope
 from shared.memory.versions import memory_changed
@@ -115,6 +121,10 @@ class SessionRestore:
             raise Invalid("a second active topic in the session (R4: exactly one)")
         if line.memory_state_set_by not in (None, *ACTORS):
             raise Invalid(f"memoryStateSetBy: one of {', '.join(ACTORS)}, or null")
+        check_title(line.title)
+        check_summary(line.summary)
+        if line.summary_model is not None and len(line.summary_model) > MAX_SCOPE_ID_CHARS:
+            raise Invalid(f"summaryModel: longer than {MAX_SCOPE_ID_CHARS} characters")
         topic_id = new_id(self.org_id, line.id)
         self.topics[line.id] = _TopicCounts()
         self.topic_ids[line.id] = str(topic_id)
@@ -158,10 +168,13 @@ class SessionRestore:
         self._own_session(line.session_id)
         self._own_topic(line.from_topic_id, "fromTopicId")
         self._own_topic(line.to_topic_id, "toTopicId")
+        check_title(line.from_title, field="fromTitle")
+        check_title(line.to_title, field="toTitle")
         self.forks.append(line)  # its message boundary is mapped once the messages are in
 
     def note(self, line: fmt.Note) -> None:
         self._own_topic(line.topic_id, "topicId")
+        check_notes(line.content)  # archived ones too: the notes tool reads them back
         if line.status == "active":
             if line.topic_id in self.active_notes:
                 raise Invalid(f"a second active notes document of topic {line.topic_id} (R23)")

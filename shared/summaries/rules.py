@@ -6,10 +6,10 @@ import json
 from dataclasses import dataclass
 
 from shared.curation.rules import strict_include_in_memory
+from shared.domain.limits import MAX_SUMMARY_CHARS
 from shared.llm.text import clip
 
 MAX_TITLE_CHARS = 120
-MAX_SUMMARY_CHARS = 2000
 FALLBACK_TITLE_CHARS = 60
 FALLBACK_SUMMARY_CHARS = 280
 

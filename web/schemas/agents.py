@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
+from shared.domain.limits import MAX_AGENT_SKILLS, MAX_AGENT_TOOLS, MAX_SOUL_CHARS
 from web.schemas.common import Body, CamelModel, Input, ScopeId
 
 
@@ -14,9 +15,11 @@ class AgentPath(Input):
 
 
 class AgentIn(Body):
-    soul: str = Field(default="", max_length=50_000)
-    skills: list[Any] = Field(default_factory=list, max_length=200)
-    tools: list[dict[str, Any]] = Field(default_factory=list, max_length=200)
+    # The caps are the domain's (the import writes profiles too); the tools' shape is
+    # checked there, by the one rule (shared/agents/rules.py).
+    soul: str = Field(default="", max_length=MAX_SOUL_CHARS)
+    skills: list[Any] = Field(default_factory=list, max_length=MAX_AGENT_SKILLS)
+    tools: list[dict[str, Any]] = Field(default_factory=list, max_length=MAX_AGENT_TOOLS)
 
 
 class AgentOut(CamelModel):

@@ -21,6 +21,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from shared.domain.limits import MAX_SCOPE_ID_CHARS
+from shared.domain.moments import in_utc
 from shared.domain.storable import storable
 
 # Scope ids come from the calling platform and are opaque (CONTRACT.md): kept exactly as
@@ -47,20 +48,9 @@ def _iso_8601(value: Any) -> Any:
     return parsed
 
 
-def _in_utc(value: dt.datetime) -> dt.datetime:
-    """The moment in UTC: PostgreSQL refuses offsets past ±15:59 that Python reads
-    (`-23:59`). A moment outside Python's years 1 to 9999 in UTC cannot be converted
-    (`0001-01-01T00:00:00+14:00`); any inside them fits `timestamptz` (4713 BC to
-    294276 AD)."""
-    try:
-        return value.astimezone(dt.UTC)
-    except OverflowError:
-        raise ValueError("out of range: in UTC it must fall within the years 1 to 9999") from None
-
-
 # A moment a client names (`since`), in a query or a body: every datetime the API reads
 # is one (tests/integration/web/test_datetimes.py walks the OpenAPI document for them).
-Moment = Annotated[AwareDatetime, BeforeValidator(_iso_8601), AfterValidator(_in_utc)]
+Moment = Annotated[AwareDatetime, BeforeValidator(_iso_8601), AfterValidator(in_utc)]
 
 
 def _true_or_false(value: Any) -> Any:

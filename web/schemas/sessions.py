@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Discriminator, Field, RootModel, model_validator
 
-from shared.domain.limits import MAX_BATCH_MESSAGES, MAX_MESSAGE_CHARS
+from shared.domain.limits import MAX_BATCH_MESSAGES, MAX_MESSAGE_CHARS, MAX_TOPIC_TITLE_CHARS
 from web.schemas.common import (
     Body,
     CamelModel,
@@ -85,7 +85,7 @@ class PostMessagesQuery(CamelModel, Input):
 
 
 class TopicIn(OptionalBody):
-    title: str | None = Field(default=None, min_length=1, max_length=500)
+    title: str | None = Field(default=None, min_length=1, max_length=MAX_TOPIC_TITLE_CHARS)
 
 
 class SessionOut(CamelModel):
