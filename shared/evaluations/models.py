@@ -19,6 +19,9 @@ TRIGGERS = (
     "reconcile",
     "sweep",
     "retention",
+    # A chat history's summary (shared/portability/chat.py): paid for by the import, in
+    # the bulk lane, and told apart from live work in the evaluations and the usage.
+    "import",
 )
 OUTCOMES = ("fork", "refresh", "skipped", "fallback")
 

@@ -42,7 +42,7 @@ from shared.portability.lines import (
 )
 from shared.portability.restore import NAMESPACE, insert_messages, session_exists
 from shared.sessions.models import ChatSession
-from shared.topics.models import Topic
+from shared.topics.models import Topic, history_topic_id
 
 SKIPPED_ROLES = ("system", "developer")
 _Row = tuple[str, str, str | None, str | None]
@@ -201,7 +201,7 @@ def _write(
     session.execute(
         insert(ChatSession).values(id=session_id, org_id=org_id, agent_id=agent_id, user_id=user_id)
     )
-    closed_id = uuid.uuid5(session_id, "history")
+    closed_id = history_topic_id(session_id)
     session.execute(
         insert(Topic).values(
             id=closed_id, session_id=session_id, status="closed", closed_at=func.now()

@@ -38,13 +38,15 @@ from sqlalchemy import func, select
 from shared.embeddings.sweep import BATCH as EMBED_BATCH_SIZE
 from shared.embeddings.sweep import strays
 from shared.infra.db.uow import UnitOfWork
+from shared.infra.fair import Lane
 from shared.infra.queue import EMBED_BATCH, EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
 from shared.memory.cache import BLOCK_TTL_S, MemoryCache
 from shared.memory.scope import Scope
 from shared.memory.versions import changed_since
 from shared.reconcile.claims import Claims
+from shared.reevaluations.models import ReevaluationItem
 from shared.sessions.models import ChatSession, Message
-from shared.topics.models import Topic
+from shared.topics.models import Topic, history_topic_id
 
 log = logging.getLogger(__name__)
 
@@ -150,16 +152,44 @@ def stale_memory_scopes(
     ]
 
 
-def orgs_of_topics(*, uow: UnitOfWork, topic_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
-    """Each topic's org, as a job's `org` (shared/infra/fair.py); one query."""
+@dataclass(frozen=True)
+class Route:
+    """Where a topic's recovered job goes: its org (shared/infra/fair.py) and lane."""
+
+    org: str | None
+    lane: Lane
+
+
+LIVE = Route(org=None, lane="live")
+
+
+def routes_of_topics(*, uow: UnitOfWork, topic_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Route]:
+    """Each topic's org, and the lane its lost job came from; one query.
+
+    Bulk work keeps the bulk lane (docs/architecture.md "Lanes"), known without a scan:
+    a campaign's topic holds its claim (an enqueued reevaluation item, by the unique
+    index on topic_id) until its job settles, and a chat history's topic has the id the
+    import gives it (a uuid5 of its session). Everything else is live work.
+    """
     if not topic_ids:
         return {}
+    claimed = (
+        select(ReevaluationItem.topic_id)
+        .where(ReevaluationItem.topic_id == Topic.id, ReevaluationItem.status == "enqueued")
+        .exists()
+    )
     rows = uow.session.execute(
-        select(Topic.id, ChatSession.org_id)
+        select(Topic.id, Topic.session_id, ChatSession.org_id, claimed.label("claimed"))
         .join(ChatSession, ChatSession.id == Topic.session_id)
         .where(Topic.id.in_(topic_ids))
     ).all()
-    return {row.id: str(row.org_id) for row in rows}
+    return {
+        row.id: Route(
+            org=str(row.org_id),
+            lane="bulk" if row.claimed or row.id == history_topic_id(row.session_id) else "live",
+        )
+        for row in rows
+    }
 
 
 def reconcile_lost_work(
@@ -186,11 +216,12 @@ def reconcile_lost_work(
             uow=uow, quiet_since=now - grace, interval=drift_interval, limit=limit
         ),
     )
-    orgs = orgs_of_topics(uow=uow, topic_ids=[*summaries, *evaluations])
+    routes = routes_of_topics(uow=uow, topic_ids=[*summaries, *evaluations])
     for task, topic_ids in ((SUMMARIZE_TOPIC, summaries), (EVALUATE_TOPIC, evaluations)):
         for topic_id in topic_ids:
             kwargs = {"topic_id": str(topic_id), "trigger": "reconcile"}
-            uow.enqueue(Job(task, kwargs, org=orgs.get(topic_id)))
+            route = routes.get(topic_id, LIVE)  # erased meanwhile: its job finds nothing
+            uow.enqueue(Job(task, kwargs, lane=route.lane, org=route.org))
     try:
         stale = stale_memory_scopes(uow=uow, cache=cache, now=now, limit=limit)
         for scope in stale:

@@ -132,6 +132,13 @@ class Topic(Base):
         )
 
 
+def history_topic_id(session_id: uuid.UUID) -> uuid.UUID:
+    """The id of the closed topic that holds an imported chat history's messages
+    (shared/portability/chat.py): by it the reconciler knows, with no query, that the
+    topic's summary is bulk work (shared/reconcile/service.py)."""
+    return uuid.uuid5(session_id, "history")
+
+
 # The record of silent forks: the latest one is a session's drift result (R1, R6). The
 # fork itself, which moves messages between topics, is shared/sessions/fork.py.
 class Fork(Base):
