@@ -1,6 +1,6 @@
 """evaluations.trigger: 'import', the summary of a chat history an import brought
 
-Revision ID: 0020b
+Revision ID: 0020
 Revises: 0019
 Create Date: 2026-12-07
 """
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0020b"
+revision: str = "0020"
 down_revision: str | None = "0019"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
