@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 REDACTED = "[redacted]"
-# Shorter values are placeholders (a local server's "unused"), not secrets; replacing
-# them would garble the text and hide nothing.
+# A shorter value (a test's one-letter key) is no secret worth replacing every one of its
+# occurrences in the text with REDACTED, which would leave the text unreadable.
 MIN_SECRET_CHARS = 4
 # Request headers that carry a credential, as OpenAI-compatible clients send one.
 CREDENTIAL_HEADERS = ("authorization", "api-key", "x-api-key")
