@@ -53,6 +53,7 @@ def settings(database_url: str, redis_url: str, broker_url: str) -> Settings:
         broker_url=broker_url,
         llm="local",
         reconcile_s=1,
+        secret_keys=services.SEALING_KEY,
     )
 
 

@@ -46,6 +46,7 @@ class Reply:
     model: str | None = None  # None: echo the requested model
     retry_after_ms: int | None = None  # on errors: tells the client how long to back off
     omit_usage: bool = False  # some compatible servers send no usage at all
+    echo_key: bool = False  # on errors: the message quotes the request's key, as some 401s do
 
 
 class _Server(ThreadingHTTPServer):
@@ -132,9 +133,14 @@ class FakeOpenAI:
     def answer_json(self, obj: object) -> None:
         self.answer(json.dumps(obj))
 
-    def fail(self, status: int = 500, *, retry_after_ms: int | None = None) -> None:
-        """Every call answers HTTP `status` with an OpenAI-style error body."""
-        self._set_default(Reply(content=None, status=status, retry_after_ms=retry_after_ms))
+    def fail(
+        self, status: int = 500, *, retry_after_ms: int | None = None, echo_key: bool = False
+    ) -> None:
+        """Every call answers HTTP `status` with an OpenAI-style error body (`echo_key`:
+        quoting the key the call came with)."""
+        self._set_default(
+            Reply(content=None, status=status, retry_after_ms=retry_after_ms, echo_key=echo_key)
+        )
 
     def slow(self, seconds: float, content: str = "{}") -> None:
         """Every call waits `seconds` before answering `content`."""
@@ -152,10 +158,10 @@ class FakeOpenAI:
         with self._lock:
             self._queue.extend(r if isinstance(r, Reply) else Reply(content=r) for r in responses)
 
-    def embeddings_fail(self, status: int = 500) -> None:
-        """Every embeddings call answers HTTP `status`."""
+    def embeddings_fail(self, status: int = 500, *, echo_key: bool = False) -> None:
+        """Every embeddings call answers HTTP `status` (`echo_key`: quoting the call's key)."""
         with self._lock:
-            self._embeddings_reply = Reply(content=None, status=status)
+            self._embeddings_reply = Reply(content=None, status=status, echo_key=echo_key)
 
     def embeddings_slow(self, seconds: float) -> None:
         """Every embeddings call waits `seconds` before answering its vectors."""
@@ -309,9 +315,11 @@ def _embeddings(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     return 200, answer
 
 
-def _error(status: int) -> dict[str, Any]:
+def _error(status: int, key: str | None = None) -> dict[str, Any]:
     kind = "server_error" if status >= 500 else "invalid_request_error"
     message = f"scripted failure (HTTP {status})"
+    if key is not None:
+        message = f"Incorrect API key provided: {key}. {message}"
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
 
@@ -357,7 +365,7 @@ def _handler_for(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             if reply.delay_s:
                 fake._wait(reply.delay_s)
             if reply.status != 200:
-                self._send(reply.status, _error(reply.status))
+                self._send(reply.status, self._error_of(reply))
             elif responder is not None:
                 self._send(200, responder(body))
             else:
@@ -371,9 +379,14 @@ def _handler_for(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 headers = {}
                 if reply.retry_after_ms is not None:
                     headers["retry-after-ms"] = str(reply.retry_after_ms)
-                self._send(reply.status, _error(reply.status), headers)
+                self._send(reply.status, self._error_of(reply), headers)
                 return
             self._send(200, _completion(reply, body, number))
+
+        def _error_of(self, reply: Reply) -> dict[str, Any]:
+            authorization = self.headers.get("Authorization") or ""
+            key = authorization.removeprefix("Bearer ") if reply.echo_key else None
+            return _error(reply.status, key)
 
         def _send(
             self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None

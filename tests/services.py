@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psycopg2
 import redis
+from cryptography.fernet import Fernet
 from psycopg2 import sql
 from sqlalchemy.engine import make_url
 
@@ -22,6 +23,10 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379"
 TEST_DATABASE = os.environ.get("DRIFTLESS_TEST_DATABASE", "driftless_test")
 DATA_REDIS_DB = int(os.environ.get("DRIFTLESS_TEST_REDIS_DB", "15"))
 BROKER_REDIS_DB = DATA_REDIS_DB - 1
+# The run's key for stored secrets (DRIFTLESS_SECRET_KEYS): without one, storing a
+# webhook secret or an org's model key is refused. The settings of every test, and the
+# environment of every process a test starts, carry it.
+SEALING_KEY = Fernet.generate_key().decode()
 
 
 def _postgres_answers(url: str) -> bool:

@@ -471,3 +471,30 @@ def _follow_backfill(rt: Runtime, model: str, total: int) -> None:
                 now_done = max(0, total - missing(uow=uow, model=model))
             bar.update(now_done - done)
             done = max(done, now_done)
+
+
+@main.group()
+def secrets() -> None:
+    """Stored secrets (webhook secrets, orgs' model keys), sealed under DRIFTLESS_SECRET_KEYS."""
+
+
+@secrets.command("reseal")
+def secrets_reseal() -> None:
+    """Seal every stored secret again under the first key of DRIFTLESS_SECRET_KEYS (after
+    a new key was put first), and seal those stored as given. In batches, each committed:
+    safe to interrupt and to run again (what is already under the first key is left)."""
+    from shared.infra.reseal import reseal
+
+    with command_runtime() as rt:
+        done = reseal(new_uow=rt.unit_of_work, box=rt.secret_box)
+    for column in done:
+        click.echo(
+            f"{column.column}: {column.rows} read, {column.resealed} resealed"
+            f" ({column.plain} had been stored as given), {column.current} already under"
+            f" the first key, {column.unopenable} opened by no listed key"
+        )
+    if any(column.unopenable for column in done):
+        raise click.ClickException(
+            "some secrets were sealed with a key DRIFTLESS_SECRET_KEYS no longer lists: put it"
+            " back (after the first) and run this again"
+        )

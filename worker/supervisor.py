@@ -31,9 +31,11 @@ from shared.auth.service import create_api_key, org_for_key
 from shared.infra.bootstrap import Runtime
 from shared.infra.config import Settings
 from shared.infra.db.migrate import upgrade
+from shared.infra.embedded import DEV_SECRET_KEY_FILE, dev_secret_key
 from shared.infra.logs import LogFormat, configure_logging
 from shared.infra.queue import QUEUES
 from shared.infra.runtime import Endpoints
+from shared.infra.sealing import VARIABLE
 from worker.multiproc import PRIVATE_DIR_PREFIX, remove_orphaned_dirs
 
 STOP_GRACE_S = 10.0  # from SIGTERM to SIGKILL; work cut short is redelivered (acks_late)
@@ -58,6 +60,15 @@ def _dev_key(runtime: Runtime, home: Path) -> str:
     key_file.write_text(key + "\n")
     key_file.chmod(0o600)
     return key
+
+
+def sealing_env(settings: Settings) -> dict[str, str]:
+    """What the children get to seal stored secrets with: nothing when the operator set
+    keys (they inherit them), else the dev key kept under the home directory, made the
+    first time, so that the next `make run` opens what this one sealed."""
+    if settings.secret_keys is not None or settings.webhook_keys is not None:
+        return {}
+    return {VARIABLE: dev_secret_key(settings.home)}
 
 
 def _log_format(settings: Settings) -> LogFormat:
@@ -287,6 +298,8 @@ def run_system(settings: Settings) -> int:
         env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url}
         env.setdefault("CELERY_BROKER_URL", settings.broker_url or redis_url)
         env["LOG_FORMAT"] = log_format
+        sealing = sealing_env(settings)
+        env.update(sealing)
         environments = _environments(env, _web_metrics_dir(cleanup))
 
         stop = _StopSignals(cleanup)
@@ -304,6 +317,8 @@ def run_system(settings: Settings) -> int:
             click.echo(f"database: {database_url}")
             click.echo(f"redis:    {redis_url}")
             click.echo(f"dev key file: {(home / 'dev-key').resolve()}")
+            if VARIABLE in sealing:
+                click.echo(f"secrets sealed with: {(home / DEV_SECRET_KEY_FILE).resolve()}")
             click.echo("dev API key (Authorization: Bearer <key>):")
             click.echo(key)
         while stop.received is None:

@@ -49,3 +49,11 @@ class TooBusy(DomainError):
     def __init__(self, message: str, *, retry_after_s: int) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class SealingKeyMissing(Conflict):
+    """A secret (a webhook's, an org's model key) cannot be stored: the server has no key
+    to seal it with. 409, not 503: clients retry a 503, and this one passes only when the
+    operator sets DRIFTLESS_SECRET_KEYS; not 422 either, the request itself is fine."""
+
+    code = "sealing_key_missing"

@@ -34,7 +34,7 @@ from shared.infra.db.engine import (
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.fair import FairQueue
 from shared.infra.queue import JobQueue, RecordingQueue
-from shared.infra.runtime import Endpoints, resolve_endpoints
+from shared.infra.runtime import Endpoints, resolve_endpoints, sealing_keys_of
 from shared.infra.sealing import SecretBox
 from shared.llm.base import LLM
 from shared.llm.factory import make_llm
@@ -205,7 +205,9 @@ class Runtime:
 
     @cached_property
     def secret_box(self) -> SecretBox:
-        return SecretBox(self.settings.webhook_keys)
+        """Seals and opens stored secrets; without keys it opens only `plain:` rows and
+        refuses to seal (shared/infra/sealing.py)."""
+        return SecretBox(sealing_keys_of(self.settings))
 
     @cached_property
     def webhook_policy(self) -> Policy:
@@ -228,8 +230,10 @@ class Runtime:
 
     def build(self) -> Runtime:
         """Build everything now: a threaded server must not race to build it on first use,
-        and a bad URL should stop the process at start."""
-        for part in ("engine", "session_factory", "queue", "redis", "debouncer", "key_cache"):
+        and a bad URL should stop the process at start (the sealing keys' line, deprecated
+        or overridden, is logged at start too)."""
+        parts = ("engine", "session_factory", "queue", "redis", "debouncer", "key_cache")
+        for part in (*parts, "secret_box"):
             getattr(self, part)
         return self
 

@@ -70,7 +70,8 @@ ENVIRONMENT: dict[str, str] = {
     "DRIFTLESS_WEBHOOK_BACKOFF_S": "webhook_backoff_s",
     "DRIFTLESS_WEBHOOK_TIMEOUT_S": "webhook_timeout_s",
     "DRIFTLESS_WEBHOOK_ALLOW_PRIVATE": "webhook_allow_private",
-    "DRIFTLESS_WEBHOOK_KEYS": "webhook_keys",
+    "DRIFTLESS_SECRET_KEYS": "secret_keys",
+    "DRIFTLESS_WEBHOOK_KEYS": "webhook_keys",  # the old name of DRIFTLESS_SECRET_KEYS
     "DRIFTLESS_ORG_REQUESTS_PER_S": "org_requests_per_s",
     "DRIFTLESS_ORG_REQUEST_BURST": "org_request_burst",
     "DRIFTLESS_ORG_LLM_RPM": "org_llm_rpm",
@@ -167,8 +168,11 @@ class Settings(BaseModel):
     webhook_timeout_s: float = Field(default=10.0, gt=0, le=120)
     # Loopback, private and link-local targets are refused unless this is set (a dev box).
     webhook_allow_private: bool = False
-    # Fernet keys, comma-separated, that seal webhook secrets in the database: the first
-    # seals, all open (rotation). Unset: secrets are stored as given (shared/webhooks/secrets.py).
+    # Fernet keys, comma-separated, that seal stored secrets (webhook secrets, orgs' model
+    # keys) in the database: the first seals, all open (rotation). Unset: storing a
+    # secret is refused (shared/infra/sealing.py). `webhook_keys` is the deprecated name,
+    # read when `secret_keys` is unset (shared/infra/runtime.py: sealing_keys_of).
+    secret_keys: str | None = Field(default=None, repr=False)
     webhook_keys: str | None = Field(default=None, repr=False)
     # Fair share between orgs ([3.2]): each limit is a 429 with Retry-After past it.
     # Requests per org, a token bucket across the web fleet (0: no limit); the default
@@ -214,7 +218,7 @@ class Settings(BaseModel):
             raise ValueError("must be a redis://, rediss:// or unix:// URL")
         return value
 
-    @field_validator("webhook_keys")
+    @field_validator("secret_keys", "webhook_keys")
     @classmethod
     def _fernet_keys(cls, value: str | None) -> str | None:
         if value is not None:

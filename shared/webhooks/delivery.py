@@ -159,7 +159,7 @@ def attempt(
         signer = Signer(box.open(attempt.sealed_secret))
     except SecretUnavailable as exc:
         log.error("webhook %s: %s", attempt.webhook_id, exc)
-        return Answer(None, "the secret cannot be opened (DRIFTLESS_WEBHOOK_KEYS)")
+        return Answer(None, "the secret cannot be opened (DRIFTLESS_SECRET_KEYS)")
     msg_id = str(attempt.event_id)
     now = dt.datetime.now(dt.UTC)
     headers = {

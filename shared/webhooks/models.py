@@ -19,6 +19,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column
 
 from shared.infra.db.base import Base, created_at_column
+from shared.infra.sealing import SEALED
 
 DELIVERY_STATUSES = ("pending", "delivered", "failed", "dead")
 
@@ -32,9 +33,9 @@ class Webhook(Base):
     org_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("orgs.id", ondelete="CASCADE"), index=True)
     url: Mapped[str] = mapped_column(Text)
     events: Mapped[list[str]] = mapped_column(ARRAY(Text))
-    # The signing secret as shared/webhooks/secrets.py seals it: never in the clear when
-    # DRIFTLESS_WEBHOOK_KEYS is set.
-    sealed_secret: Mapped[str] = mapped_column(Text)
+    # The signing secret as shared/infra/sealing.py seals it: never in the clear; marked,
+    # so that `driftless secrets reseal` finds it.
+    sealed_secret: Mapped[str] = mapped_column(Text, info={SEALED: True})
     created_at: Mapped[datetime] = created_at_column()
 
 

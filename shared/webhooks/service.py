@@ -51,13 +51,16 @@ def subscribe(
         raise Invalid(f"url: {exc}") from None
     wanted = _checked_events(events)
     secret = new_secret() if secret is None else checked_secret(secret)
+    # Before anything is written: a generated secret is refused, as a given one, when
+    # the server has no key to seal it with.
+    sealed = box.seal(secret)
     # One subscription at a time per org past this point: the count stays exact under
     # concurrent requests (a transaction-scoped advisory lock on the org).
     uow.session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(str(org_id), 7))))
     count = uow.session.scalar(select(func.count()).where(Webhook.org_id == org_id))
     if (count or 0) >= MAX_WEBHOOKS_PER_ORG:
         raise Conflict(f"an org may have at most {MAX_WEBHOOKS_PER_ORG} webhooks; delete one first")
-    webhook = Webhook(org_id=org_id, url=url, events=wanted, sealed_secret=box.seal(secret))
+    webhook = Webhook(org_id=org_id, url=url, events=wanted, sealed_secret=sealed)
     uow.session.add(webhook)
     uow.session.flush()
     uow.session.refresh(webhook)  # its created_at, from the database

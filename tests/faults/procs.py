@@ -26,6 +26,7 @@ import redis
 
 from shared.infra.config import ENVIRONMENT
 from shared.infra.queue import QUEUES
+from tests.services import SEALING_KEY
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +59,12 @@ def driftless_env(**values: str) -> dict[str, str]:
     """
     env = {k: v for k, v in os.environ.items() if k not in ENVIRONMENT}
     env.update(
-        {"DRIFTLESS_WORKER_METRICS_PORT": "0", "LOG_FORMAT": "text", "PYTHONUNBUFFERED": "1"}
+        {
+            "DRIFTLESS_WORKER_METRICS_PORT": "0",
+            "LOG_FORMAT": "text",
+            "PYTHONUNBUFFERED": "1",
+            "DRIFTLESS_SECRET_KEYS": SEALING_KEY,
+        }
     )
     env.update(values)
     return env

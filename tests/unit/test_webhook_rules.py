@@ -8,7 +8,7 @@ from typing import get_args
 import pytest
 from cryptography.fernet import Fernet
 
-from shared.domain.errors import Invalid
+from shared.domain.errors import Invalid, SealingKeyMissing
 from shared.infra.config import ConfigError, load_settings
 from shared.infra.sealing import SecretBox, SecretUnavailable
 from shared.infra.targets import UnsafeTarget, check_target
@@ -126,10 +126,17 @@ def test_a_sealed_secret_opens_only_with_a_listed_key() -> None:
         SecretBox(other).open(sealed)
     with pytest.raises(SecretUnavailable):
         SecretBox(None).open(sealed)
-    assert SecretBox(None).open(SecretBox(None).seal("whsec_x")) == "whsec_x"  # no keys: as given
+    assert SecretBox(None).open("plain:whsec_x") == "whsec_x"  # stored as given before [4.1]
+
+
+def test_without_keys_a_secret_is_refused_not_stored_as_given_41() -> None:
+    with pytest.raises(SealingKeyMissing, match="DRIFTLESS_SECRET_KEYS"):
+        SecretBox(None).seal("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
 
 
 def test_a_bad_key_stops_the_process_at_start_naming_the_variable() -> None:
+    with pytest.raises(ConfigError, match="DRIFTLESS_SECRET_KEYS"):
+        load_settings({"DRIFTLESS_SECRET_KEYS": "not-a-fernet-key"})
     with pytest.raises(ConfigError, match="DRIFTLESS_WEBHOOK_KEYS"):
         load_settings({"DRIFTLESS_WEBHOOK_KEYS": "not-a-fernet-key"})
     with pytest.raises(ConfigError, match="DRIFTLESS_WEBHOOK_MAX_ATTEMPTS"):

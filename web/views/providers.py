@@ -18,7 +18,8 @@ bp = api_blueprint("providers", "provider")
 @bp.put("/provider", responses={200: ProviderOut})
 def put_provider(body: ProviderIn) -> dict[str, Any]:
     """Use this OpenAI-compatible model for the org's summaries and drift calls; the API
-    key is stored sealed and never shown again."""
+    key is stored sealed and never shown again (409 `sealing_key_missing` when the server
+    has no DRIFTLESS_SECRET_KEYS to seal it with)."""
     rt = runtime()
     with unit_of_work() as uow:
         shown = set_provider(

@@ -24,7 +24,9 @@ bp = api_blueprint("webhooks", "webhooks")
 
 @bp.post("/webhooks", responses={201: CreatedWebhookOut})
 def create_webhook(body: WebhookIn) -> tuple[dict[str, Any], int]:
-    """Subscribe a URL to event types; the answer holds the signing secret, shown only here."""
+    """Subscribe a URL to event types; the answer holds the signing secret, shown only here
+    and stored sealed (409 `sealing_key_missing` when the server has no
+    DRIFTLESS_SECRET_KEYS to seal it with)."""
     rt = runtime()
     with unit_of_work() as uow:
         created = subscribe(

@@ -13,8 +13,9 @@ from shared.infra.queue import RecordingQueue
 from shared.infra.sealing import SecretBox
 from shared.providers.service import set_provider
 from tests.llm_server import FakeOpenAI
+from tests.services import SEALING_KEY
 
-BOX = SecretBox(None)
+BOX = SecretBox(SEALING_KEY)
 
 
 def new_uow(factory: sessionmaker[Session]) -> UnitOfWork:

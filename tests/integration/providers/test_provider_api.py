@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from cryptography.fernet import Fernet
 from flask.testing import FlaskClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -16,20 +15,10 @@ from shared.infra.queue import RecordingQueue
 from shared.infra.sealing import SecretBox
 from shared.llm.factory import configured_model
 from shared.providers.models import OrgProvider
+from tests.services import SEALING_KEY
 
-SEALING_KEY = Fernet.generate_key().decode()
 API_KEY = "sk-org-own-4f1c9e2b7a"
 OWN = {"baseUrl": "https://93.184.215.14/v1", "apiKey": API_KEY, "model": "org-model-1"}
-
-
-@pytest.fixture
-def client(
-    settings: Settings, session_factory: sessionmaker[Session], queue: RecordingQueue
-) -> FlaskClient:
-    from web.app import create_app
-
-    sealed = settings.model_copy(update={"webhook_keys": SEALING_KEY})
-    return create_app(sealed, queue=queue, session_factory=session_factory).test_client()
 
 
 def _rows(session_factory: sessionmaker[Session]) -> list[OrgProvider]:
@@ -141,3 +130,23 @@ def test_the_provider_routes_need_a_key(client: FlaskClient) -> None:
     assert client.get("/agents-api/provider").status_code == 401
     assert client.put("/agents-api/provider", json=OWN).status_code == 401
     assert client.delete("/agents-api/provider").status_code == 401
+
+
+def test_without_a_sealing_key_an_orgs_model_key_is_refused_409_and_nothing_is_written_41(
+    settings: Settings,
+    session_factory: sessionmaker[Session],
+    queue: RecordingQueue,
+    auth: dict[str, str],
+) -> None:
+    from web.app import create_app
+
+    unsealed = settings.model_copy(update={"secret_keys": None})
+    client = create_app(unsealed, queue=queue, session_factory=session_factory).test_client()
+
+    response = client.put("/agents-api/provider", json=OWN, headers=auth)
+
+    assert response.status_code == 409, response.json
+    error = (response.json or {})["error"]
+    assert error["code"] == "sealing_key_missing"
+    assert "DRIFTLESS_SECRET_KEYS" in error["message"]
+    assert _rows(session_factory) == []

@@ -1,17 +1,14 @@
 """The app of the webhook tests: private targets allowed (their receivers, and the URLs
-they subscribe, are on 127.0.0.1) and secrets sealed under a key."""
+they subscribe, are on 127.0.0.1); secrets are sealed under the run's key (tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
-from cryptography.fernet import Fernet
 from flask.testing import FlaskClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.infra.config import Settings
 from shared.infra.queue import RecordingQueue
-
-SEALING_KEY = Fernet.generate_key().decode()
 
 
 @pytest.fixture
@@ -20,5 +17,5 @@ def client(
 ) -> FlaskClient:
     from web.app import create_app
 
-    local = settings.model_copy(update={"webhook_allow_private": True, "webhook_keys": SEALING_KEY})
+    local = settings.model_copy(update={"webhook_allow_private": True})
     return create_app(local, queue=queue, session_factory=session_factory).test_client()

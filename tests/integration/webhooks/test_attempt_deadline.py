@@ -26,10 +26,11 @@ from shared.webhooks.models import WebhookDelivery
 from shared.webhooks.service import subscribe
 from shared.webhooks.slots import WebhookSlots
 from tests.helpers import wait_for
+from tests.services import SEALING_KEY
 from tests.webhook_receiver import Answer as ReceiverAnswer
 from tests.webhook_receiver import Receiver, Trickle
 
-BOX = SecretBox(None)
+BOX = SecretBox(SEALING_KEY)
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 DEADLINE_S = 1.0
 # Each byte comes well within a per-read timeout of DEADLINE_S; the whole head would take

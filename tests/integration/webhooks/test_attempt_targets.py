@@ -17,10 +17,11 @@ import pytest
 from shared.infra.sealing import SecretBox
 from shared.infra.targets import IPAddress
 from shared.webhooks.delivery import Answer, Attempt, Policy, attempt
+from tests.services import SEALING_KEY
 from tests.webhook_receiver import Answer as ReceiverAnswer
 from tests.webhook_receiver import Receiver
 
-BOX = SecretBox(None)
+BOX = SecretBox(SEALING_KEY)
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 STRICT = Policy(max_attempts=3, backoff_s=1.0, timeout_s=2.0, allow_private=False)
 DEV = Policy(max_attempts=3, backoff_s=1.0, timeout_s=2.0, allow_private=True)

@@ -32,9 +32,10 @@ from shared.webhooks.events import FACTS_CHANGED, record_event
 from shared.webhooks.models import Webhook, WebhookDelivery
 from shared.webhooks.service import dispatch_overdue, subscribe
 from shared.webhooks.slots import WebhookSlots
+from tests.services import SEALING_KEY
 
 POLICY = Policy(max_attempts=3, backoff_s=1.0, timeout_s=2.0, allow_private=True)
-BOX = SecretBox(None)
+BOX = SecretBox(SEALING_KEY)
 # Long before any row other tests committed: the dispatcher's "overdue" finds only ours.
 NOW = dt.datetime(2000, 1, 1, 12, 0, tzinfo=dt.UTC)
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

@@ -11,11 +11,13 @@ from flask.testing import FlaskClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from shared.infra.config import Settings
+from shared.infra.queue import RecordingQueue
 from shared.infra.sealing import SecretBox
 from shared.webhooks.models import Webhook
 from shared.webhooks.service import MAX_WEBHOOKS_PER_ORG
-from tests.integration.webhooks.conftest import SEALING_KEY
 from tests.integration.webhooks.outbox import org_of
+from tests.services import SEALING_KEY
 
 URL = "http://127.0.0.1:9/hooks"
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -166,3 +168,25 @@ def test_an_org_has_at_most_so_many_subscriptions(
     assert refused.status_code == 409
     assert str(MAX_WEBHOOKS_PER_ORG) in refused.json["error"]["message"]  # type: ignore[index]
     assert subscribe(client, other_auth).status_code == 201  # another org's count is its own
+
+
+@pytest.mark.parametrize("given", [None, SECRET], ids=["generated", "given"])
+def test_without_a_sealing_key_a_subscription_is_refused_409_and_nothing_is_written_41(
+    settings: Settings,
+    session_factory: sessionmaker[Session],
+    queue: RecordingQueue,
+    auth: dict[str, str],
+    given: str | None,
+) -> None:
+    from web.app import create_app
+
+    unsealed = settings.model_copy(update={"secret_keys": None, "webhook_allow_private": True})
+    client = create_app(unsealed, queue=queue, session_factory=session_factory).test_client()
+
+    response = subscribe(client, auth, **({} if given is None else {"secret": given}))
+
+    assert response.status_code == 409, response.json
+    error = response.json["error"]
+    assert error["code"] == "sealing_key_missing"
+    assert "DRIFTLESS_SECRET_KEYS" in error["message"]
+    assert count_webhooks(session_factory, auth) == 0
