@@ -24,6 +24,11 @@ from shared.domain.errors import Invalid, TooLarge
 
 DEFAULT_MAX_JSON_DEPTH = 32
 DEFAULT_SEARCHES_PER_ORG = 4
+# Imports (shared/portability/) running at once per org over HTTP, across the fleet.
+DEFAULT_IMPORTS_PER_ORG = 2
+# One session's lines, held in memory until they are written in one short transaction
+# (no transaction waits on the client): a larger session is a 413.
+DEFAULT_IMPORT_SESSION_BYTES = 64 * 1024 * 1024
 # Exports (shared/portability/) streaming at once per org, across the fleet: each holds a
 # pooled connection for as long as its client reads.
 MAX_EXPORTS_PER_ORG = 2
@@ -61,6 +66,8 @@ class Limits:
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     # Searches (HTTP and the recall tool) running at once per org, across the fleet.
     searches_per_org: int = DEFAULT_SEARCHES_PER_ORG
+    imports_per_org: int = DEFAULT_IMPORTS_PER_ORG
+    import_session_bytes: int = DEFAULT_IMPORT_SESSION_BYTES
 
 
 def json_size(value: Any) -> int:
