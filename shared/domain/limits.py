@@ -48,7 +48,7 @@ MAX_NOTES_CHARS = 20_000
 # A tool call is stored as one message (R7); this leaves room for its JSON envelope.
 MAX_TOOL_ARGUMENTS_CHARS = 50_000
 # Import (shared/portability/): the body is streamed, so what bounds a request's memory
-# is one line and one session's id map, not the file. A line holds one message of
+# is one session's lines (Limits.import_session_bytes), not the file. A line holds one message of
 # MAX_MESSAGE_CHARS (4 bytes a character at worst) with room for its JSON escapes.
 MAX_IMPORT_LINE_BYTES = 1024 * 1024
 # One session of a chat history is one line: a conversation, not a message.

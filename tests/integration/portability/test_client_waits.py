@@ -24,9 +24,10 @@ from shared.infra.db.uow import UnitOfWork
 from shared.infra.leases import OrgLeases, leases_key
 from shared.infra.queue import RecordingQueue
 from shared.portability import admission
+from shared.portability import format as fmt
 from shared.portability.export import ExportScope, open_export
 from shared.portability.importing import import_stream
-from tests.integration.portability.export_file import body, export_lines
+from tests.integration.portability.export_file import at, body, export_lines
 
 NDJSON = {"Content-Type": "application/x-ndjson"}
 
@@ -38,6 +39,7 @@ class _Watched:
     def __init__(self, data: bytes) -> None:
         self._raw = io.BytesIO(data)
         self.open = 0
+        self.opened = 0  # units of work, in all
         self.open_at_reads: list[int] = []
 
     def readline(self, size: int = -1, /) -> bytes:
@@ -50,6 +52,7 @@ class _Watched:
         class Counted(UnitOfWork):
             def __enter__(self) -> UnitOfWork:
                 watched.open += 1
+                watched.opened += 1
                 return super().__enter__()
 
             def __exit__(self, *exc: object) -> None:
@@ -163,3 +166,27 @@ def assert_idle_transactions_end(settings: Settings) -> None:
 
 def test_the_webs_idle_transactions_are_ended_by_postgresql_41(settings: Settings) -> None:
     assert_idle_transactions_end(settings)
+
+
+def test_facts_past_the_byte_bound_are_written_in_parts_and_again_change_nothing_41(
+    session_factory: sessionmaker[Session], org: str
+) -> None:
+    header = export_lines(sessions=0)[0]
+    facts = [
+        fmt.dump_line(fmt.Fact(
+            agent_id="planner", user_id="ada", key="notes", value=f"{n} " + "v" * 2_000,
+            valid_from=at(n), valid_to=at(n + 1) if n < 599 else None, changed_by="user",
+        ))
+        for n in range(600)
+    ]  # fmt: skip  # a key's history of about 1.3 MB: two parts of 1 MiB at most
+    data = body([header, *facts])
+    limits = Limits(import_session_bytes=1024 * 1024)
+    for expected in (600, 0):  # again: every version is there, none written twice
+        stream = _Watched(data)
+        imported = import_stream(
+            new_uow=stream.new_uow(session_factory), org_id=uuid.UUID(org), stream=stream,
+            limits=limits,
+        )  # fmt: skip
+        assert imported.as_dict()["facts"] == expected
+        assert stream.opened == 2  # two short transactions
+        assert set(stream.open_at_reads) == {0}
