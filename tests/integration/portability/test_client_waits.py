@@ -128,7 +128,7 @@ def test_an_open_export_keeps_its_slot_while_no_line_moves_and_frees_it_at_close
 ) -> None:
     # The probe's stalled reader: the lease was renewed only when a line was written, so
     # it lapsed under an export still holding its snapshot, and the org got past its cap.
-    monkeypatch.setattr(admission, "LEASE_S", 0.6)
+    monkeypatch.setattr(admission, "LEASE_S", 1.5)  # renewed every 0.5 s
     client = redis.Redis.from_url(redis_url)
     lines = open_export(
         new_uow=lambda: UnitOfWork(session_factory, RecordingQueue()),
@@ -137,7 +137,7 @@ def test_an_open_export_keeps_its_slot_while_no_line_moves_and_frees_it_at_close
     )
     records = lines.records()
     assert next(records)[0] == "header"  # the export is open; its reader stops
-    time.sleep(2.0)  # three leases' worth
+    time.sleep(4.0)  # over two leases' worth
     key = leases_key(admission.KIND, uuid.UUID(org))
     assert client.zcard(key) == 1  # still counted: the slot was renewed meanwhile
     lines.close()
