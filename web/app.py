@@ -118,6 +118,9 @@ def create_app(
         # No request holds a pooled connection longer than this (503 `timeout`); only
         # the web: workers and migrations legitimately run long statements.
         transaction_bounds=_statement_timeout(settings),
+        # The backstop should a request hold a transaction while it waits on its client
+        # (imports and exports do not: shared/portability/): PostgreSQL ends it.
+        idle_in_transaction_s=settings.web_idle_in_transaction_ms / 1000 or None,
     ).build()
 
     install_metrics(app)  # first: it times everything, rejected requests included

@@ -34,6 +34,17 @@ class CheckedJsonRequest(Request):
         return super().get_json(force=force, silent=silent, cache=cache)
 
 
+def bound_client_waits() -> None:
+    """The request's client socket gives up on a read or a write that makes no progress
+    for DRIFTLESS_CLIENT_STALL_S: an import whose client stops sending ends (a 400, the
+    client disconnected), an export whose client stops reading is aborted, its snapshot
+    and slot given back, rather than wait on it for ever. gunicorn hands the socket to
+    the request as `gunicorn.socket`; under another server nothing changes."""
+    sock = request.environ.get("gunicorn.socket")
+    if sock is not None:
+        sock.settimeout(runtime().settings.client_stall_s)
+
+
 def install_body_checks(app: Flask) -> None:
     app.request_class = CheckedJsonRequest
 

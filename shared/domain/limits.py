@@ -24,6 +24,11 @@ from shared.domain.errors import Invalid, TooLarge
 
 DEFAULT_MAX_JSON_DEPTH = 32
 DEFAULT_SEARCHES_PER_ORG = 4
+# Imports (shared/portability/) running at once per org over HTTP, across the fleet.
+DEFAULT_IMPORTS_PER_ORG = 2
+# One session's lines, held in memory until they are written in one short transaction
+# (no transaction waits on the client): a larger session is a 413.
+DEFAULT_IMPORT_SESSION_BYTES = 64 * 1024 * 1024
 # Exports (shared/portability/) streaming at once per org, across the fleet: each holds a
 # pooled connection for as long as its client reads.
 MAX_EXPORTS_PER_ORG = 2
@@ -52,7 +57,7 @@ MAX_AGENT_TOOLS = 200
 # A tool call is stored as one message (R7); this leaves room for its JSON envelope.
 MAX_TOOL_ARGUMENTS_CHARS = 50_000
 # Import (shared/portability/): the body is streamed, so what bounds a request's memory
-# is one line and one session's id map, not the file. A line holds one message of
+# is one session's lines (Limits.import_session_bytes), not the file. A line holds one message of
 # MAX_MESSAGE_CHARS (4 bytes a character at worst) with room for its JSON escapes.
 MAX_IMPORT_LINE_BYTES = 1024 * 1024
 # One session of a chat history is one line: a conversation, not a message.
@@ -70,6 +75,8 @@ class Limits:
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     # Searches (HTTP and the recall tool) running at once per org, across the fleet.
     searches_per_org: int = DEFAULT_SEARCHES_PER_ORG
+    imports_per_org: int = DEFAULT_IMPORTS_PER_ORG
+    import_session_bytes: int = DEFAULT_IMPORT_SESSION_BYTES
 
 
 def json_size(value: Any) -> int:

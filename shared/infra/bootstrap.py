@@ -71,13 +71,15 @@ class Runtime:
         pool_size: int | None = None,
         max_overflow: int | None = None,
         transaction_bounds: tuple[float | None, float] | None = None,
+        idle_in_transaction_s: float | None = None,
         request_timeouts: bool = True,
     ) -> None:
         """`make_queue` builds the process's job queue from this runtime; `queue` is a
         ready one (tests); with neither, jobs are recorded, never sent (for commands that
         send none). `pool_size` and
         `max_overflow` default to the settings' connection budget; `transaction_bounds`
-        is (lock timeout or None, statement timeout) in seconds for every transaction."""
+        is (lock timeout or None, statement timeout) in seconds for every transaction;
+        PostgreSQL ends one idle for `idle_in_transaction_s` (the web's backstop)."""
         self.settings = settings
         self._endpoints = endpoints
         self._make_queue = make_queue
@@ -92,9 +94,13 @@ class Runtime:
         # green worker (hundreds of tasks on a few connections) waits longer.
         self.pool_timeout = POOL_TIMEOUT_S
         self._transaction_bounds = transaction_bounds
+        self._idle_in_transaction_s = idle_in_transaction_s
         self._request_timeouts = request_timeouts
         self.limits = Limits(
-            max_json_depth=settings.max_json_depth, searches_per_org=settings.searches_per_org
+            max_json_depth=settings.max_json_depth,
+            searches_per_org=settings.searches_per_org,
+            imports_per_org=settings.imports_per_org,
+            import_session_bytes=settings.import_session_bytes,
         )
 
     @cached_property
@@ -110,11 +116,12 @@ class Runtime:
             max_overflow=self.max_overflow,
             pool_timeout=self.pool_timeout,
         )
-        if self._transaction_bounds is not None:
-            lock_timeout_s, statement_timeout_s = self._transaction_bounds
+        if self._transaction_bounds is not None or self._idle_in_transaction_s is not None:
+            lock_timeout_s, statement_timeout_s = self._transaction_bounds or (None, None)
             bound_transactions(
-                engine, lock_timeout_s=lock_timeout_s, statement_timeout_s=statement_timeout_s
-            )
+                engine, lock_timeout_s=lock_timeout_s, statement_timeout_s=statement_timeout_s,
+                idle_in_transaction_s=self._idle_in_transaction_s,
+            )  # fmt: skip
         return engine
 
     @cached_property

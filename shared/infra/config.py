@@ -80,6 +80,11 @@ ENVIRONMENT: dict[str, str] = {
     "DRIFTLESS_SEARCHES_PER_ORG": "searches_per_org",
     "DRIFTLESS_WEBHOOKS_PER_ORG": "webhooks_per_org",
     "DRIFTLESS_CAMPAIGNS_PER_ORG": "campaigns_per_org",
+    # Imports and exports ([4.1]): what waits on a client, and for how long.
+    "DRIFTLESS_IMPORTS_PER_ORG": "imports_per_org",
+    "DRIFTLESS_IMPORT_SESSION_BYTES": "import_session_bytes",
+    "DRIFTLESS_CLIENT_STALL_S": "client_stall_s",
+    "DRIFTLESS_WEB_IDLE_IN_TRANSACTION_MS": "web_idle_in_transaction_ms",
     "LOG_FORMAT": "log_format",
 }
 FIELD_TO_VARIABLE = {field: var for var, field in ENVIRONMENT.items()}
@@ -193,6 +198,16 @@ class Settings(BaseModel):
     webhooks_per_org: int = Field(default=32, ge=1, le=10_000)
     # Re-evaluation campaigns running at once per org.
     campaigns_per_org: int = Field(default=2, ge=1, le=100)
+    # Imports and exports ([4.1]). Imports over HTTP at once per org, across the fleet
+    # (the CLI's are an operator's, not counted); one session's lines held in memory
+    # until written in one short transaction (a larger session is a 413).
+    imports_per_org: int = Field(default=2, ge=1, le=1000)
+    import_session_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024)
+    # The web ends an import or export whose client neither sends nor reads for this long.
+    client_stall_s: float = Field(default=30.0, gt=0, le=3600)
+    # PostgreSQL ends a web transaction left idle this long (0: never): the backstop
+    # should any request hold one while it waits on something else.
+    web_idle_in_transaction_ms: int = Field(default=60_000, ge=0)
     log_format: Literal["json", "text"] = "json"
 
     @model_validator(mode="after")

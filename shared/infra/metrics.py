@@ -140,6 +140,7 @@ LIMIT_KINDS = (
     "requests",
     "searches",
     "exports",
+    "imports",
     "webhooks",
     "campaigns",
     "llm_rpm",

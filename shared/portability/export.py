@@ -30,7 +30,7 @@ from shared.facts.history import fact_lines
 from shared.infra.db.uow import UnitOfWork
 from shared.notes.models import NotesDocument
 from shared.portability import format as fmt
-from shared.portability.admission import ExportSlot, admit_export
+from shared.portability.admission import Slot, admit_export
 from shared.sessions.models import ChatSession, Message
 from shared.topics.models import Fork, Topic
 
@@ -55,15 +55,13 @@ class ExportStream:
     """The lines of an admitted export (newline included); `close()` ends it early and
     frees its slot and connection, as a server does when its client goes away."""
 
-    def __init__(self, lines: Iterator[tuple[str, str]], slot: ExportSlot) -> None:
+    def __init__(self, lines: Iterator[tuple[str, str]], slot: Slot) -> None:
         self._lines, self._slot = lines, slot
 
     def records(self) -> Iterator[tuple[str, str]]:
         """(type, line) pairs: what a progress bar counts by."""
         try:
-            for record in self._lines:
-                self._slot.keep()
-                yield record
+            yield from self._lines
         finally:
             self.close()
 

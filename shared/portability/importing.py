@@ -1,12 +1,15 @@
-"""Import an export (format.py) into an org: one transaction per session, line by line.
+"""Import an export (format.py) into an org: one short transaction per session.
 
-A session's lines are written as they arrive and committed at the next session line (or
-the facts, or the end): a bad line rolls its own session back and ends the import with
-an error naming the line, while the sessions before it stay imported, and say so. A
-session already imported (its new id exists: shared/portability/restore.py) is skipped
-whole, and agents and facts are written only where they differ, so the same file twice
-changes nothing. No model is called: summaries, memory states and facts come from the
-file, and nothing is enqueued for a topic whose summary the file carries.
+A session's lines are read into memory (at most `Limits.import_session_bytes` of them: a
+larger session is a 413) and written in one transaction when the next session line (or
+the facts, or the end) arrives, so no transaction is open while the client sends: a
+client that stalls holds no connection. A bad line rolls its own session back and ends
+the import with an error naming the line, while the sessions before it stay imported,
+and say so. A session already imported (its new id exists:
+shared/portability/restore.py) is skipped whole, and agents and facts are written only
+where they differ, so the same file twice changes nothing. No model is called:
+summaries, memory states and facts come from the file, and nothing is enqueued for a
+topic whose summary the file carries.
 """
 
 from __future__ import annotations
@@ -15,15 +18,16 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import redis
 from sqlalchemy import select
 from sqlalchemy.exc import DataError, IntegrityError
 
 from shared.agents.models import AgentProfile
 from shared.agents.service import put_agent
-from shared.domain.errors import DomainError, Invalid
+from shared.domain.errors import DomainError, Invalid, TooLarge
 from shared.domain.limits import (
     MAX_FACT_KEY_CHARS,
     MAX_IMPORT_LINE_BYTES,
@@ -36,6 +40,7 @@ from shared.facts.history import import_fact_version
 from shared.infra.db.uow import UnitOfWork
 from shared.memory.scope import Scope
 from shared.portability import format as fmt
+from shared.portability.admission import admit_import
 from shared.portability.chat import import_chat
 from shared.portability.lines import (
     Imported,
@@ -100,40 +105,44 @@ def import_export(
     """Import the export read from `stream` into `org_id`; DomainError naming the line."""
     done = Imported()
     lines = _checked(numbered_lines(stream, max_bytes=MAX_IMPORT_LINE_BYTES), limits)
-    # The unit of work being filled: a session's (with its restore and first line) or a
-    # scope's facts. Only one is open at a time; the next kind of line commits it.
-    current: _Open | None = None
+    # The lines read but not written yet: a session's or a scope's facts. No transaction
+    # is open while the next line is read (a client may take its time sending it); the
+    # next kind of line writes them, in one short transaction.
+    held: _Held | None = None
     number = 0
     try:
-        for number, line in lines:
+        for number, size, line in lines:
             if isinstance(line, fmt.Session):
-                done = _finish(current, done)
-                current = _begin(new_uow, org_id, line, number)
+                done = _write(new_uow, org_id, held, done)
+                held = _Held(first=number, session=line)
             elif isinstance(line, fmt.Topic | fmt.Message | fmt.Fork | fmt.Note | fmt.Curation):
-                if current is None or current.scope is not None:
+                if held is None or held.session is None:
                     raise Invalid(f"a {line.type} line outside a session")
-                if number - current.first > MAX_IMPORT_SESSION_LINES:
+                if number - held.first > MAX_IMPORT_SESSION_LINES:
                     raise Invalid(f"a session holds at most {MAX_IMPORT_SESSION_LINES} lines")
-                if current.restore is not None:  # None: imported before, its lines only read
-                    getattr(current.restore, line.type)(line)
+                if held.size + size > limits.import_session_bytes:
+                    # One session, one transaction: written in parts, a session cut short
+                    # by a failure would count as imported and be skipped the next time.
+                    raise TooLarge(
+                        f"the session of line {held.first} holds more than"
+                        f" {limits.import_session_bytes} bytes of lines"
+                    )
+                held.add(number, size, line)
             elif isinstance(line, fmt.Fact):
                 scope = Scope(org_id=org_id, agent_id=line.agent_id, user_id=line.user_id)
-                if current is None or current.scope != scope:
-                    done = _finish(current, done)
-                    current = _Open(uow=new_uow().__enter__(), first=number, scope=scope)
-                current.facts += import_fact_version(
-                    uow=current.uow,
-                    scope=scope,
-                    key=line.key,
-                    value=line.value,
-                    valid_from=line.valid_from,
-                    valid_to=line.valid_to,
-                    changed_by=line.changed_by,
-                    removed_by=line.removed_by,
-                )
+                # Facts may be written in parts: each version is written only where it
+                # differs (import_fact_version), so a part written twice changes nothing.
+                if (
+                    held is None
+                    or held.scope != scope
+                    or (held.size + size > limits.import_session_bytes)
+                ):
+                    done = _write(new_uow, org_id, held, done)
+                    held = _Held(first=number, scope=scope)
+                held.add(number, size, line)
             else:
-                done = _finish(current, done)
-                current = None
+                done = _write(new_uow, org_id, held, done)
+                held = None
                 if isinstance(line, fmt.Header):
                     if number > 1:
                         raise Invalid("a second header line")
@@ -141,38 +150,33 @@ def import_export(
                 done = replace(done, agents=done.agents + _agent(new_uow, org_id, line))
         if number == 0:
             raise LineError(1, Invalid("the file is empty; the first line must be the header"))
-        done = _finish(current, done)
-        current = None
+        done = _write(new_uow, org_id, held, done)
     except LineError as exc:
-        _abandon(current)
         raise refused(exc.error, line=exc.line, before=done) from None
     except DomainError as exc:
-        _abandon(current)
         raise refused(exc, line=number, before=done) from None
-    except (DataError, IntegrityError) as exc:  # what the checks above did not foresee
-        _abandon(current)
-        problem = Invalid(f"the database refused it: {str(exc.orig).splitlines()[0]}")
-        raise refused(problem, line=number, before=done) from None
-    except BaseException:
-        _abandon(current)
-        raise
     return done
 
 
 @dataclass
-class _Open:
-    """The open unit of work: a session's (`restore` None when it was imported before,
-    its lines only read) or one scope's facts (`scope`)."""
+class _Held:
+    """Lines read and not written yet: a session's (`session`, its line) or one scope's
+    facts (`scope`), with their numbers and how many bytes they took in the file."""
 
-    uow: UnitOfWork
     first: int
-    restore: SessionRestore | None = None
+    session: fmt.Session | None = None
     scope: Scope | None = None
-    facts: int = 0
+    lines: list[tuple[int, Any]] = field(default_factory=list)
+    size: int = 0
+
+    def add(self, number: int, size: int, line: Any) -> None:
+        self.lines.append((number, line))
+        self.size += size
 
 
-def _checked(lines: Iterator[tuple[int, bytes]], limits: Limits) -> Iterator[tuple[int, Any]]:
-    """Each line parsed; the first must be the header of a format and version we read."""
+def _checked(lines: Iterator[tuple[int, bytes]], limits: Limits) -> Iterator[tuple[int, int, Any]]:
+    """Each line parsed, with its size; the first must be the header of a format and
+    version we read."""
     for number, raw in lines:
         try:
             line = parse(raw, limits=limits)
@@ -180,50 +184,72 @@ def _checked(lines: Iterator[tuple[int, bytes]], limits: Limits) -> Iterator[tup
             raise LineError(number, exc) from None
         if number == 1 and not isinstance(line, fmt.Header):
             raise LineError(number, Invalid("the first line must be the header"))
-        yield number, line
+        yield number, len(raw), line
 
 
-def _begin(
-    new_uow: Callable[[], UnitOfWork], org_id: uuid.UUID, line: fmt.Session, number: int
-) -> _Open:
-    uow = new_uow().__enter__()
-    restore = SessionRestore(uow=uow, org_id=org_id, line=line)
-    if session_exists(uow=uow, session_id=restore.id):
-        return _Open(uow=uow, first=number)
-    restore.start()
-    return _Open(uow=uow, first=number, restore=restore)
-
-
-def _finish(current: _Open | None, done: Imported) -> Imported:
-    """Commit what is open, if anything; what the import has written so far."""
-    if current is None:
+def _write(
+    new_uow: Callable[[], UnitOfWork], org_id: uuid.UUID, held: _Held | None, done: Imported
+) -> Imported:
+    """Write what is held, if anything, in one transaction; what the import has written
+    so far. A LineError names the line the database or a check refused."""
+    if held is None:
         return done
-    try:
-        if current.scope is not None:
-            current.uow.commit()
-            return replace(done, facts=done.facts + current.facts)
-        restore = current.restore
-        if restore is None:
+    with new_uow() as uow:
+        if held.scope is not None:
+            facts = 0
+            for number, line in held.lines:
+                with _At(number):
+                    facts += _fact(uow, held.scope, line)
+            with _At(held.first):
+                uow.commit()
+            return replace(done, facts=done.facts + facts)
+        assert held.session is not None
+        restore = SessionRestore(uow=uow, org_id=org_id, line=held.session)
+        if session_exists(uow=uow, session_id=restore.id):
             return replace(done, skipped_sessions=done.skipped_sessions + 1)
-        try:
+        restore.start()
+        for number, line in held.lines:
+            with _At(number):
+                getattr(restore, line.type)(line)
+        with _At(held.first):  # what settles the forward references is the session's
             restore.finish()
-        except DomainError as exc:
-            raise LineError(current.first, exc) from None
-        current.uow.commit()
-        return replace(
-            done,
-            sessions=done.sessions + 1,
-            topics=done.topics + len(restore.topics),
-            messages=done.messages + restore.messages,
-        )
-    finally:
-        current.uow.__exit__(None, None, None)
+            uow.commit()
+    return replace(
+        done,
+        sessions=done.sessions + 1,
+        topics=done.topics + len(restore.topics),
+        messages=done.messages + restore.messages,
+    )
 
 
-def _abandon(current: _Open | None) -> None:
-    """Roll back what is open (closing the unit of work does)."""
-    if current is not None:
-        current.uow.__exit__(None, None, None)
+class _At:
+    """A refusal inside, of a check or of the database, is a LineError naming the line."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> None:
+        if isinstance(exc, DomainError):
+            raise LineError(self.number, exc) from None
+        if isinstance(exc, DataError | IntegrityError):  # what the checks did not foresee
+            problem = Invalid(f"the database refused it: {str(exc.orig).splitlines()[0]}")
+            raise LineError(self.number, problem) from None
+
+
+def _fact(uow: UnitOfWork, scope: Scope, line: fmt.Fact) -> int:
+    return import_fact_version(
+        uow=uow,
+        scope=scope,
+        key=line.key,
+        value=line.value,
+        valid_from=line.valid_from,
+        valid_to=line.valid_to,
+        changed_by=line.changed_by,
+        removed_by=line.removed_by,
+    )
 
 
 def _agent(new_uow: Callable[[], UnitOfWork], org_id: uuid.UUID, line: fmt.Agent) -> int:
@@ -261,16 +287,23 @@ def import_stream(
     source: str = "driftless",
     agent_id: str | None = None,
     user_id: str | None = None,
+    redis_client: redis.Redis | None = None,
 ) -> Imported:
     """Import `stream` in the format `source` names: an export ("driftless") or chat
-    histories ("openai-chat", which need the agent and user they belong to)."""
-    if source == "driftless":
-        return import_export(new_uow=new_uow, org_id=org_id, stream=stream, limits=limits)
-    if source != "openai-chat":
+    histories ("openai-chat", which need the agent and user they belong to). Counted
+    among the org's imports when `redis_client` is given (the web's: TooBusy past
+    `limits.imports_per_org`); the CLI's, an operator's, are not."""
+    if source not in ("driftless", "openai-chat"):
         raise Invalid(f"format: {source!r} is not one of driftless, openai-chat")
-    if not agent_id or not user_id:
+    if source == "openai-chat" and (not agent_id or not user_id):
         raise Invalid("agentId, userId: a chat history is imported into one agent and user")
-    return import_chat(
-        new_uow=new_uow, org_id=org_id, agent_id=agent_id, user_id=user_id,
-        stream=stream, limits=limits,
-    )  # fmt: skip
+    slot = admit_import(redis_client=redis_client, org_id=org_id, limit=limits.imports_per_org)
+    try:
+        if source == "driftless":
+            return import_export(new_uow=new_uow, org_id=org_id, stream=stream, limits=limits)
+        return import_chat(
+            new_uow=new_uow, org_id=org_id, agent_id=agent_id or "", user_id=user_id or "",
+            stream=stream, limits=limits,
+        )  # fmt: skip
+    finally:
+        slot.release()

@@ -1,8 +1,8 @@
 """Reading an import body line by line, as it arrives, and the error that names a line.
 
 The body is never read whole: a file of millions of messages passes through one line
-at a time, each bounded (shared/domain/limits.py), so a request's memory is one line
-plus one session's id map however big the file is.
+at a time, each bounded (shared/domain/limits.py), so a request's memory is one
+session's lines (bounded by bytes: Limits.import_session_bytes) however big the file is.
 """
 
 from __future__ import annotations

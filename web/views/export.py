@@ -6,6 +6,7 @@ from flask import Response
 
 from shared.portability.export import ExportScope, open_export
 from web.auth import current_org
+from web.body import bound_client_waits
 from web.runtime import runtime
 from web.schemas.common import ErrorOut
 from web.schemas.export import NDJSON, NDJSON_ANSWER, ExportQuery
@@ -18,7 +19,9 @@ bp = api_blueprint("export", "export")
 def export(query: ExportQuery) -> Response:
     """The scope's agent profiles, sessions (topics, forks, messages, notes, curation) and
     facts with their history, one line each, as they are read; 429 while the org runs
-    its limit of exports at once, with Retry-After."""
+    its limit of exports at once, with Retry-After. A client that stops reading for
+    DRIFTLESS_CLIENT_STALL_S is cut off, and the export's snapshot and slot given back."""
+    bound_client_waits()
     scope = ExportScope(org_id=current_org(), agent_id=query.agent_id, user_id=query.user_id)
     rt = runtime()  # its unit of work, not the view's helper: the body is read after the request
     lines = open_export(new_uow=rt.unit_of_work, redis_client=rt.redis, scope=scope)

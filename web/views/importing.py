@@ -10,22 +10,26 @@ from flask import request
 from shared.domain.limits import MAX_IMPORT_BYTES
 from shared.portability.importing import import_stream
 from web.auth import current_org
+from web.body import bound_client_waits
 from web.runtime import runtime, unit_of_work
-from web.schemas.common import dump
+from web.schemas.common import ErrorOut, dump
 from web.schemas.importing import NDJSON_BODY, ImportedOut, ImportQuery
 from web.views.common import api_blueprint
 
 bp = api_blueprint("importing", "import")
 
 
-@bp.post("/import", responses={200: ImportedOut}, openapi_extensions=NDJSON_BODY)
+@bp.post("/import", responses={200: ImportedOut, 429: ErrorOut}, openapi_extensions=NDJSON_BODY)
 def import_(query: ImportQuery) -> dict[str, Any]:
-    """Import the body, read line by line as it arrives; one transaction per session."""
+    """Import the body, read line by line as it arrives; one short transaction per session,
+    written once its lines are in; 429 while the org runs its limit of imports at once."""
     request.max_content_length = MAX_IMPORT_BYTES  # past it: 413, as the stream is read
+    bound_client_waits()
+    rt = runtime()
     imported = import_stream(
         new_uow=unit_of_work, org_id=current_org(), stream=_buffered(request.stream),
-        limits=runtime().limits, source=query.format,
-        agent_id=query.agent_id, user_id=query.user_id,
+        limits=rt.limits, source=query.format,
+        agent_id=query.agent_id, user_id=query.user_id, redis_client=rt.redis,
     )  # fmt: skip
     return dump(ImportedOut(imported=imported.as_dict()))
 

@@ -105,24 +105,40 @@ def make_session_factory(engine: Engine) -> sessionmaker[Session]:
 
 
 def bound_transactions(
-    engine: Engine, *, lock_timeout_s: float | None, statement_timeout_s: float
+    engine: Engine,
+    *,
+    lock_timeout_s: float | None,
+    statement_timeout_s: float | None,
+    idle_in_transaction_s: float | None = None,
 ) -> None:
     """Every transaction of `engine` gives up on a row lock or a statement after these
-    (on a lock only after the statement timeout when `lock_timeout_s` is None: the web).
+    (on a lock only after the statement timeout when `lock_timeout_s` is None: the web),
+    and is ended by PostgreSQL when it sits idle for `idle_in_transaction_s` (the web's
+    backstop: no request should hold a transaction while it waits on anything else).
 
     Set per transaction (SET LOCAL), not per connection: a PgBouncer in transaction mode
     hands the server connection to someone else after each transaction, and refuses the
     startup `options` that would set them for good. A timeout is an OperationalError,
-    which the tasks retry and the web answers 503 `timeout`.
+    which the tasks retry and the web answers 503 `timeout`; an idle transaction ended
+    so takes its connection with it (the pool replaces it).
 
     The SET LOCALs travel in front of the transaction's first statement, in the same
     query string, not as a statement of their own: a round trip less per transaction
     (a summary has two), and 4 % of a gevent worker's CPU (py-spy). PostgreSQL runs the
     string's statements in order and answers with the last one's result.
     """
-    bounds = f"SET LOCAL statement_timeout = '{int(statement_timeout_s * 1000)}ms'"
-    if lock_timeout_s is not None:
-        bounds = f"SET LOCAL lock_timeout = '{int(lock_timeout_s * 1000)}ms'; {bounds}"
+    settings = {
+        "lock_timeout": lock_timeout_s,
+        "statement_timeout": statement_timeout_s,
+        "idle_in_transaction_session_timeout": idle_in_transaction_s,
+    }
+    bounds = "; ".join(
+        f"SET LOCAL {name} = '{int(seconds * 1000)}ms'"
+        for name, seconds in settings.items()
+        if seconds is not None
+    )
+    if not bounds:
+        return
 
     @event.listens_for(engine, "begin")
     def _bound(connection: Connection) -> None:

@@ -307,3 +307,13 @@ def test_a_worker_behind_pgbouncer_summarizes_and_promotes(
     assert 1 <= server.peak <= SERVER_POOL
     context.engine.dispose()
     app.extensions["driftless"].engine.dispose()
+
+
+def test_the_webs_idle_transaction_bound_holds_through_pgbouncer_41(
+    bouncer_settings: Settings,
+) -> None:
+    # PgBouncer refuses startup options: the bound travels as a SET LOCAL in front of the
+    # transaction's first statement, as the statement timeout does, and holds there too.
+    from tests.integration.portability.test_client_waits import assert_idle_transactions_end
+
+    assert_idle_transactions_end(bouncer_settings)
