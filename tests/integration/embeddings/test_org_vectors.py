@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.service import org_for_key
 from shared.embeddings.provider import Embedder, EmbeddingsTimeout, make_embedder
+from shared.embeddings.query import QueryEmbeddings
 from shared.embeddings.slots import OWN_CALLS
 from shared.embeddings.sweep import Cursors, strays, sweep
 from shared.infra.config import Settings
@@ -175,6 +176,45 @@ def test_an_org_at_its_cap_of_own_server_calls_leaves_its_texts_for_later_41(
     assert any(str(org_id) in r.getMessage() and "cap" in r.getMessage() for r in caplog.records)
     newest = vectors.rows("SELECT max(id) FROM messages")[0][0]
     assert Cursors(vectors.redis, embedder.model).messages() == newest
+
+
+@pytest.mark.parametrize("dimensions", [32, 20_000])
+def test_a_query_vector_of_another_size_answers_by_words_and_is_not_cached_41(
+    vectors: VectorSystem, fake_openai: FakeOpenAI, dimensions: int
+) -> None:
+    auth = vectors.new_org()
+    _session(vectors, auth, "We ship the billing stack on Friday.")
+    _sweep(vectors, vectors.embedder)
+    fake_openai.embeddings_answer_with(_answer_of(dimensions))
+    keys_before = set(vectors.redis.scan_iter("driftless:query-embedding*"))
+
+    for n in range(3):
+        answer = vectors.client.get(
+            "/agents-api/search",
+            query_string={"agentId": "agent-1", "userId": "ada", "q": f"billing stack {n}"},
+            headers=auth,
+        )
+        assert answer.status_code == 200, answer.json
+        assert answer.json["mode"] == "lexical"
+        assert [hit["snippet"] for hit in answer.json["results"]][:1] == [
+            "We ship the billing stack on Friday."
+        ]
+    assert set(vectors.redis.scan_iter("driftless:query-embedding*")) == keys_before
+
+
+def test_the_query_vector_cache_holds_a_bounded_number_per_org_41(
+    vectors: VectorSystem, session_factory: sessionmaker[Session]
+) -> None:
+    queries = QueryEmbeddings(vectors.embedder, vectors.redis, max_entries=3)
+    org, other = uuid.uuid4(), uuid.uuid4()
+    queries.vector("kept apart", org_id=other)
+    for n in range(8):
+        assert queries.vector(f"question number {n}", org_id=org) == embedding(
+            f"question number {n}"
+        )
+
+    assert queries.cached_count(org) == 3
+    assert queries.cached_count(other) == 1
 
 
 def test_an_orgs_own_server_trickling_its_answer_is_cut_off_at_the_calls_deadline_41(
