@@ -18,8 +18,13 @@ from shared.embeddings.query import QueryEmbeddings
 from shared.embeddings.slots import OWN_CALLS
 from shared.embeddings.sweep import Cursors, strays, sweep
 from shared.infra.config import Settings
+from shared.infra.db.uow import UnitOfWork
 from shared.infra.leases import OrgLeases
+from shared.infra.queue import EMBED_BATCH, RecordingQueue
+from shared.memory.cache import MemoryCache
 from shared.providers.service import set_provider
+from shared.reconcile.claims import Claims
+from shared.reconcile.service import reconcile_lost_work
 from tests.embedding_standin import embedding
 from tests.helpers import new_session, post_message, wait_for
 from tests.integration.embeddings.conftest import VectorSystem
@@ -132,6 +137,23 @@ def test_an_orgs_server_answering_another_size_fails_its_texts_alone_41(
         "SELECT id FROM messages WHERE session_id = :sid", sid=theirs
     )]  # fmt: skip
     assert theirs_ids and set(theirs_ids) <= set(left.message_ids)
+    # The reconciler sends them again once, not at every run (its claims), so a broken
+    # server costs a call now and then, not a loop.
+    claims, sent = Claims(vectors.redis, ttl_s=60), []
+    for _ in range(3):
+        with UnitOfWork(vectors.factory, RecordingQueue()) as uow:
+            reconcile_lost_work(
+                uow=uow, cache=MemoryCache(vectors.redis), claims=claims,
+                now=dt.datetime.now(dt.UTC), grace=dt.timedelta(0), drift_interval=1000,
+                redis_client=vectors.redis, embedding_model=embedder.model,
+            )  # fmt: skip
+            uow.commit()
+        claims.record_sent(uow.sent)
+        sent += [
+            i for job in uow.sent if job.task == EMBED_BATCH
+            for i in job.kwargs["message_ids"] if i in theirs_ids
+        ]  # fmt: skip
+    assert sent == theirs_ids
 
 
 def test_a_models_first_vectors_take_their_size_from_the_fleet_not_an_orgs_server_41(
