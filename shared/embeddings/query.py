@@ -90,11 +90,11 @@ class QueryEmbeddings:
         self, text: str, *, org_id: uuid.UUID | None, dimensions: int | None = None
     ) -> list[float] | None:
         """The text's vector, or None if it cannot be had within the deadline or is not one
-        of the model's size (the configured one, else `dimensions`: its stored vectors');
-        never raises."""
+        of the model's size (`dimensions`, its stored vectors', which the search compares
+        it with; else the configured one); never raises."""
         if not text.strip():
             return None  # servers refuse an empty input; there is nothing to mean
-        expected = self.embedder.dimensions or dimensions
+        expected = dimensions or self.embedder.dimensions
         try:
             key, field = self._key(text, org_id)
             cached = self._cached(key, field)
