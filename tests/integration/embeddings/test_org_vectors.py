@@ -22,9 +22,11 @@ from shared.infra.db.uow import UnitOfWork
 from shared.infra.leases import OrgLeases
 from shared.infra.queue import EMBED_BATCH, RecordingQueue
 from shared.memory.cache import MemoryCache
+from shared.memory.scope import Scope
 from shared.providers.service import set_provider
 from shared.reconcile.claims import Claims
 from shared.reconcile.service import reconcile_lost_work
+from shared.search.service import SearchQuery, search
 from tests.embedding_standin import embedding
 from tests.helpers import new_session, post_message, wait_for
 from tests.integration.embeddings.conftest import VectorSystem
@@ -270,3 +272,26 @@ def test_an_orgs_own_server_trickling_its_answer_is_cut_off_at_the_calls_deadlin
         )  # fmt: skip
         assert trickle.total * trickle_s > 10 * deadline_s
         assert trickle.broken and trickle.sent * trickle_s < 3 * deadline_s
+
+
+def test_a_query_vector_of_the_configured_size_but_not_the_stored_ones_is_lexical_41(
+    vectors: VectorSystem,
+) -> None:
+    """DRIFTLESS_EMBEDDINGS_DIMENSIONS changed under the same model: the stored vectors
+    are what a search compares the query's with."""
+    auth = vectors.new_org()
+    sid = _session(vectors, auth, "We ship the billing stack on Friday.")
+    _sweep(vectors, vectors.embedder)  # 64 long
+    shorter = make_embedder(vectors.settings.model_copy(update={"embeddings_dimensions": 16}))
+    assert shorter is not None
+    org = vectors.rows("SELECT org_id FROM sessions WHERE id = :sid", sid=sid)[0][0]
+
+    with vectors.unit_of_work() as uow:
+        found = search(
+            uow=uow, vectors=QueryEmbeddings(shorter, vectors.redis),
+            query=SearchQuery(scope=Scope(org_id=org, agent_id="agent-1", user_id="ada"),
+                              q="billing stack", kind="message"),
+        )  # fmt: skip
+
+    assert found.mode == "lexical"
+    assert [hit.snippet for hit in found.hits] == ["We ship the billing stack on Friday."]
