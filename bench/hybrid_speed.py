@@ -136,7 +136,9 @@ class StubVectors:
     vectors: dict[str, list[float]]
     model: str = MODEL
 
-    def vector(self, text_: str, *, org_id: uuid.UUID | None) -> list[float] | None:
+    def vector(
+        self, text_: str, *, org_id: uuid.UUID | None, dimensions: int | None = None
+    ) -> list[float] | None:
         return self.vectors[text_]
 
 

@@ -309,7 +309,7 @@ def embed_pending(self: Task) -> dict[str, int | str]:
         return {}
     swept = embed_sweep(
         new_uow=lambda: unit_of_work(self.app), embedder=context.embedder,
-        redis_client=context.redis,
+        redis_client=context.redis, per_org=context.settings.embeddings_per_org,
     )  # fmt: skip
     return swept.as_dict()
 
@@ -329,5 +329,6 @@ def embed_batch(
     embedded = embed_texts(
         new_uow=lambda: unit_of_work(self.app), embedder=context.embedder,
         message_ids=message_ids or [], topic_ids=[uuid.UUID(t) for t in topic_ids or []],
+        redis_client=context.redis, per_org=context.settings.embeddings_per_org,
     )  # fmt: skip
     return embedded.as_dict()

@@ -4,8 +4,10 @@
 DRIFTLESS_EMBEDDINGS=none (search stays lexical). An org that set its own model
 (PUT /agents-api/provider) gets its vectors from its own server with its own key, through
 the same per-org clients, pinned connections and breaker as its chat calls
-(shared/providers/per_org.py); the model is the fleet's DRIFTLESS_EMBEDDINGS_MODEL either
-way, so every vector of a deployment is of one model.
+(shared/providers/per_org.py), with one deadline per call (shared/infra/deadline.py) and
+at most its share of the workers' calls (slots.py); the model is the fleet's
+DRIFTLESS_EMBEDDINGS_MODEL either way, so every vector of a deployment is of one model,
+and `checked_vectors` keeps every answer to its size.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ import httpcore2
 import httpx2
 import openai
 
+from shared.embeddings.schema import VECTOR_MAX_DIMENSIONS
 from shared.infra.config import Settings
 from shared.infra.db.uow import UnitOfWork
+from shared.infra.deadline import HTTPCORE2, DeadlineBackend, attempt_deadline
 from shared.infra.sealing import SecretBox
 from shared.llm.openai_provider import (
     NO_API_KEY,
@@ -56,8 +60,15 @@ class EmbeddingsTimeout(EmbeddingsError):
     """The server did not answer within the call's timeout."""
 
 
+class InvalidVectors(EmbeddingsError):
+    """The server answered, but not vectors that can be stored or searched by: of another
+    size than the model's, longer than pgvector takes, or holding a number that is not
+    finite. Asking again brings the same (not retryable)."""
+
+
 class Embedder(Protocol):
     model: str  # recorded with each vector
+    dimensions: int | None  # asked of the server (DRIFTLESS_EMBEDDINGS_DIMENSIONS), if set
 
     def embed(
         self,
@@ -65,9 +76,11 @@ class Embedder(Protocol):
         *,
         org_id: uuid.UUID | None = None,
         timeout_s: float | None = None,
+        dimensions: int | None = None,
     ) -> list[list[float]]:
         """One vector per text, in order; `timeout_s`: one attempt, no retries, each request
-        cut off after that long. Raises EmbeddingsError."""
+        cut off after that long; `dimensions`: the length every vector must have (else the
+        configured one, if any). Raises EmbeddingsError (InvalidVectors for a bad answer)."""
         ...
 
 
@@ -121,18 +134,25 @@ class OpenAIEmbedder:
         *,
         org_id: uuid.UUID | None = None,
         timeout_s: float | None = None,
+        dimensions: int | None = None,
     ) -> list[list[float]]:
-        vectors: list[list[float]] = []
-        for start in range(0, len(texts), self.max_batch):
-            vectors += self._batch(list(texts[start : start + self.max_batch]), timeout_s)
+        # One deadline for the whole call, every request and retry, wherever the connections
+        # keep to it (an org's own server: shared/infra/deadline.py).
+        with attempt_deadline(self.timeout_s if timeout_s is None else timeout_s):
+            vectors: list[list[float]] = []
+            for start in range(0, len(texts), self.max_batch):
+                batch = list(texts[start : start + self.max_batch])
+                vectors += self._batch(batch, timeout_s, dimensions or self.dimensions)
         if len({len(vector) for vector in vectors}) > 1:
-            raise EmbeddingsError("the answers' vectors are of different lengths")
+            raise InvalidVectors("the answers' vectors are of different lengths")
         return vectors
 
     def close(self) -> None:
         self._client.close()
 
-    def _batch(self, texts: list[str], timeout_s: float | None) -> list[list[float]]:
+    def _batch(
+        self, texts: list[str], timeout_s: float | None, expected: int | None
+    ) -> list[list[float]]:
         extra: dict[str, Any] = {}
         if self.dimensions is not None:
             extra["dimensions"] = self.dimensions
@@ -151,35 +171,38 @@ class OpenAIEmbedder:
             if isinstance(exc, openai.APITimeoutError):
                 raise EmbeddingsTimeout(reason, retryable=True) from exc
             raise EmbeddingsError(reason, retryable=isinstance(exc, TRANSIENT)) from exc
-        try:
-            return checked_vectors(answer.data, count=len(texts), dimensions=self.dimensions)
-        except EmbeddingsError as exc:
-            log.warning("embeddings by %s unusable: %s", self.model, exc)
-            raise
+        # A bad answer is logged by the caller, which knows the org (and a search's
+        # complaints are a line a minute at most).
+        return checked_vectors(answer.data, count=len(texts), dimensions=expected)
 
 
 def checked_vectors(data: Any, *, count: int, dimensions: int | None) -> list[list[float]]:
     """The answer's vectors in input order, if it holds exactly one vector of finite numbers
-    per input, all of one length (`dimensions` when asked for)."""
+    per input, all of one length (`dimensions` when given) that pgvector takes; else
+    InvalidVectors: one bad vector in a statement would fail every org's of it."""
     try:
         items = sorted(data, key=lambda item: item.index)
         indexes = [item.index for item in items]
         vectors = [list(item.embedding) for item in items]
     except (AttributeError, TypeError) as exc:
-        raise EmbeddingsError(f"the answer is not a list of embeddings: {exc}") from None
+        raise InvalidVectors(f"the answer is not a list of embeddings: {exc}") from None
     if indexes != list(range(count)):
-        raise EmbeddingsError(f"{len(indexes)} embeddings answered for {count} inputs")
+        raise InvalidVectors(f"{len(indexes)} embeddings answered for {count} inputs")
     lengths = {len(vector) for vector in vectors}
     if len(lengths) > 1 or 0 in lengths:
-        raise EmbeddingsError(f"vectors of lengths {sorted(lengths)}: one non-zero length expected")
+        raise InvalidVectors(f"vectors of lengths {sorted(lengths)}: one non-zero length expected")
     if dimensions is not None and lengths != {dimensions}:
-        raise EmbeddingsError(f"vectors of length {lengths.pop()}, {dimensions} asked for")
+        raise InvalidVectors(f"vectors of length {lengths.pop()}, the model's are {dimensions}")
+    if max(lengths, default=0) > VECTOR_MAX_DIMENSIONS:
+        raise InvalidVectors(
+            f"vectors of length {lengths.pop()}: pgvector takes at most {VECTOR_MAX_DIMENSIONS}"
+        )
     for vector in vectors:
         for number in vector:
             if isinstance(number, bool) or not isinstance(number, int | float):
-                raise EmbeddingsError(f"a vector holds {type(number).__name__}, not a number")
+                raise InvalidVectors(f"a vector holds {type(number).__name__}, not a number")
             if not math.isfinite(number):
-                raise EmbeddingsError("a vector holds a number that is not finite")
+                raise InvalidVectors("a vector holds a number that is not finite")
     return [[float(number) for number in vector] for vector in vectors]
 
 
@@ -189,6 +212,7 @@ class OrgRoutedEmbedder:
     def __init__(self, fleet: OpenAIEmbedder, *, orgs: OrgClients[OpenAIEmbedder]) -> None:
         self.fleet = fleet
         self.model = fleet.model
+        self.dimensions = fleet.dimensions
         self.orgs = orgs
 
     def embed(
@@ -197,13 +221,17 @@ class OrgRoutedEmbedder:
         *,
         org_id: uuid.UUID | None = None,
         timeout_s: float | None = None,
+        dimensions: int | None = None,
     ) -> list[list[float]]:
         if not texts:
             return []
+
+        # A bad answer is checked inside the org's call, so its breaker counts it.
+        def call(embedder: OpenAIEmbedder) -> list[list[float]]:
+            return embedder.embed(texts, timeout_s=timeout_s, dimensions=dimensions)
+
         try:
-            return self.orgs.call(
-                org_id, self.fleet, lambda embedder: embedder.embed(texts, timeout_s=timeout_s)
-            )
+            return self.orgs.call(org_id, self.fleet, call)
         except OwnModelUnavailable as exc:
             raise EmbeddingsError(str(exc), retryable=exc.retryable) from exc.__cause__
 
@@ -221,7 +249,10 @@ def fleet_base_url(settings: Settings) -> str | None:
 def embedder_builder(settings: Settings) -> Callable[[OrgModel], OpenAIEmbedder]:
     """How an org's embedder is built: its own key, its own server on pinned connections (or
     the fleet's, which the operator chose), the fleet's model, dimensions and timeouts."""
+    # An org's own server: pinned addresses, and one deadline for each call's connect, send
+    # and whole answer (a server trickling its answer holds no worker past it).
     pinned = PinnedBackend(allow_private=settings.webhook_allow_private)
+    own = DeadlineBackend(pinned, timeouts=HTTPCORE2)
     tls = httpx2.create_ssl_context()
 
     def build(config: OrgModel) -> OpenAIEmbedder:
@@ -232,7 +263,7 @@ def embedder_builder(settings: Settings) -> Callable[[OrgModel], OpenAIEmbedder]
             dimensions=settings.embeddings_dimensions,
             timeout_s=settings.llm_timeout_s,
             max_retries=settings.llm_max_retries,
-            network_backend=None if config.base_url is None else pinned,
+            network_backend=None if config.base_url is None else own,
             tls=tls,
         )
 

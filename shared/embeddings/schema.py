@@ -41,6 +41,8 @@ VECTOR_TABLES = frozenset({MESSAGE_VECTORS, TOPIC_VECTORS})
 # pgvector's HNSW indexes `halfvec` of at most 4,000 dimensions; a larger model's
 # vectors are searched exactly (a scope's sessions are few).
 HNSW_MAX_DIMENSIONS = 4000
+# pgvector's `vector` holds at most 16,000 numbers: a longer one fails its statement.
+VECTOR_MAX_DIMENSIONS = 16000
 
 # Every statement is idempotent. session_id is on both tables so that a scope's search
 # filters by its sessions without a join, and so that they go with their session.

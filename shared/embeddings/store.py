@@ -50,6 +50,8 @@ TOPIC_STALE = (
 _available: dict[str, tuple[bool, float]] = {}  # database URL -> (answer, monotonic time)
 # (database URL, table, model, dimensions) whose HNSW index this process made or saw.
 _indexed: set[tuple[str, str, str, int]] = set()
+# (database URL, model) -> the length of its vectors (None: none yet), monotonic time.
+_dimensions: dict[tuple[str, str], tuple[int | None, float]] = {}
 
 
 def _database(uow: UnitOfWork) -> str:
@@ -58,6 +60,7 @@ def _database(uow: UnitOfWork) -> str:
 
 def _ensure_index(uow: UnitOfWork, table: str, model: str, dimensions: int) -> None:
     key = (_database(uow), table, model, dimensions)
+    _dimensions[key[0], model] = (dimensions, time.monotonic())
     if key not in _indexed:
         ensure_hnsw_index(uow.session.connection(), table=table, model=model, dimensions=dimensions)
         _indexed.add(key)
@@ -77,6 +80,26 @@ def vectors_available(uow: UnitOfWork) -> bool:
         )
     _available[key] = (available, time.monotonic())
     return available
+
+
+def stored_dimensions(*, uow: UnitOfWork, model: str) -> int | None:
+    """The length of `model`'s stored vectors (None: it has none yet): every vector of a
+    model is of one length, which its HNSW index holds it to. Cached per process; a "none"
+    is asked again after UNAVAILABLE_RECHECK_S (it may scan another model's rows)."""
+    key = (_database(uow), model)
+    cached = _dimensions.get(key)
+    if cached is not None and (cached[0] or time.monotonic() - cached[1] < UNAVAILABLE_RECHECK_S):
+        return cached[0]
+    found = uow.session.execute(
+        text(
+            "SELECT coalesce((SELECT vector_dims(embedding) FROM message_vectors"
+            "  WHERE model = :model LIMIT 1), (SELECT vector_dims(embedding)"
+            "  FROM topic_vectors WHERE model = :model LIMIT 1))"
+        ),
+        {"model": model},
+    ).scalar()
+    _dimensions[key] = (None if found is None else int(found), time.monotonic())
+    return _dimensions[key][0]
 
 
 def vector_literal(vector: Sequence[float]) -> str:

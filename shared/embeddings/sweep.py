@@ -12,9 +12,17 @@ outside any transaction; the vectors are stored in one short transaction
 A cursor passes only what is done and older than SETTLE_S: a transaction still in flight
 may commit a message with a lower id than one already seen. When the fleet's server
 fails, the cursor stays and the next sweep asks again (nothing lost, counted as failed).
-When an org's own server fails, the cursor passes its texts so the others are not held
-behind it; the reconciler finds them (`strays`) and sends them as a batch job.
-`driftless embeddings backfill` sends batches of everything missing (`embed_batch`).
+When an org's own server fails, answers vectors that cannot be stored (another size than
+the model's, longer than pgvector takes, not finite: provider.checked_vectors), or the org
+is at its cap of calls in flight (slots.py), the cursor passes its texts so the others are
+not held behind it; the reconciler finds them (`strays`) and sends them as a batch job,
+at most once per claim's life (shared/reconcile/claims.py), and the org's breaker rests a
+server that keeps failing. `driftless embeddings backfill` sends batches of everything
+missing (`embed_batch`).
+
+Each org's texts are one call (one deadline: shared/infra/deadline.py) and their vectors
+checked before anything is stored, so the one statement that stores a sweep's vectors
+holds only good ones. [4.2] may turn the per-org calls of `_embed` into per-org jobs.
 """
 
 from __future__ import annotations
@@ -25,11 +33,13 @@ import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 
 import redis
 
-from shared.embeddings.provider import Embedder, EmbeddingsError
+from shared.embeddings.provider import Embedder, EmbeddingsError, InvalidVectors
+from shared.embeddings.slots import PER_ORG, OwnServerSlots
 from shared.embeddings.store import (
     TOPIC_START,
     Pending,
@@ -40,6 +50,7 @@ from shared.embeddings.store import (
     settled_topic,
     store_message_vectors,
     store_topic_vectors,
+    stored_dimensions,
     vectors_available,
 )
 from shared.infra.db.uow import UnitOfWork
@@ -54,6 +65,9 @@ TOPIC_BATCH = BATCH // 4
 SETTLE_S = 30.0
 # One sweep at a time: longer than a sweep's slowest provider call (the task's hard limit).
 LEASE_MS = 300_000
+# What the fleet's server is asked when the model's vector size is not known yet and only
+# orgs with their own server have texts (theirs never set it).
+SIZE_PROBE = "driftless"
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -121,29 +135,69 @@ class _Outcome:
     vectors: list[tuple[Pending, list[float]]]
     failed: list[Pending]
     fleet_failed: bool
+    dimensions: int | None  # the model's vectors' length, as known after these calls
 
 
-def _embed(embedder: Embedder, pending: Sequence[Pending], kind: str) -> _Outcome:
-    """One call per org (the fleet's texts together); a failed call fails its texts only."""
+def _embed(
+    embedder: Embedder, pending: Sequence[Pending], kind: str, *, dimensions: int | None,
+    slots: OwnServerSlots,
+) -> _Outcome:  # fmt: skip
+    """One call per org, the fleet's orgs first: a failed call, or an answer of another
+    size than the model's (`dimensions`), fails that org's texts only. While the model has
+    no vector stored yet, the fleet's answer sets its size, never an org's own server."""
     by_org: dict[uuid.UUID, list[Pending]] = defaultdict(list)
     for item in pending:
         by_org[item.org_id].append(item)
+    own = {org_id: _own_server(embedder, org_id) for org_id in by_org}
     vectors: list[tuple[Pending, list[float]]] = []
     failed: list[Pending] = []
     fleet_failed = False
-    for org_id, items in by_org.items():
-        try:
-            answered = embedder.embed([item.text for item in items], org_id=org_id)
-        except EmbeddingsError as exc:
-            log.warning("embeddings of %d %s of org %s failed: %s", len(items), kind, org_id, exc)
+    if dimensions is None and own and all(own.values()):
+        dimensions = _fleet_dimensions(embedder)
+    for org_id in sorted(by_org, key=lambda org: own[org]):  # the fleet's orgs first
+        items = by_org[org_id]
+        result = _embed_org(embedder, items, org_id, own=own[org_id], dimensions=dimensions,
+                            slots=slots)  # fmt: skip
+        if isinstance(result, str):
+            log.warning("embeddings of %d %s of org %s %s", len(items), kind, org_id, result)
+            EMBEDDINGS.labels(kind, result.split(":")[0]).inc(len(items))
             failed += items
             # An org's own server failing is the org's; anything else holds the cursor.
-            fleet_failed = fleet_failed or not _own_server(embedder, org_id)
+            fleet_failed = fleet_failed or not own[org_id]
             continue
-        vectors += zip(items, answered, strict=True)
+        dimensions = dimensions or len(result[0])
+        vectors += zip(items, result, strict=True)
     EMBEDDINGS.labels(kind, "stored").inc(len(vectors))
-    EMBEDDINGS.labels(kind, "failed").inc(len(failed))
-    return _Outcome(vectors, failed, fleet_failed)
+    return _Outcome(vectors, failed, fleet_failed, dimensions)
+
+
+def _embed_org(
+    embedder: Embedder, items: list[Pending], org_id: uuid.UUID, *, own: bool,
+    dimensions: int | None, slots: OwnServerSlots,
+) -> list[list[float]] | str:  # fmt: skip
+    """The org's vectors, or why there are none (`result: detail`, result a metric's)."""
+    if own and dimensions is None:
+        return "deferred: the model's vector size is not known yet (the fleet's sets it)"
+    with slots.slot(org_id) if own else nullcontext(True) as held:
+        if not held:
+            return "deferred: the org is at its cap of calls to its own server"
+        try:
+            return embedder.embed([item.text for item in items], org_id=org_id,
+                                  dimensions=dimensions)  # fmt: skip
+        except InvalidVectors as exc:
+            return f"invalid: {exc}"
+        except EmbeddingsError as exc:
+            return f"failed: {exc}"
+
+
+def _fleet_dimensions(embedder: Embedder) -> int | None:
+    """The size of the fleet's vectors, asked with a text of no one's (None: it failed)."""
+    try:
+        (vector,) = embedder.embed([SIZE_PROBE], org_id=None)
+    except EmbeddingsError as exc:
+        log.warning("the fleet's embeddings server did not answer the vector size: %s", exc)
+        return None
+    return len(vector)
 
 
 def _own_server(embedder: Embedder, org_id: uuid.UUID) -> bool:
@@ -154,8 +208,10 @@ def _own_server(embedder: Embedder, org_id: uuid.UUID) -> bool:
 def sweep(
     *, new_uow: Callable[[], UnitOfWork], embedder: Embedder, redis_client: redis.Redis,
     batch: int = BATCH, topic_batch: int = TOPIC_BATCH, settle_s: float = SETTLE_S,
+    per_org: int = PER_ORG,
 ) -> Embedded:  # fmt: skip
-    """Beat's run: embed what came since the cursors, then move them (see the module)."""
+    """Beat's run: embed what came since the cursors, then move them (see the module).
+    `per_org`: calls in flight to an org's own server (DRIFTLESS_EMBEDDINGS_PER_ORG)."""
     model = embedder.model
     cursors = Cursors(redis_client, model)
     token = cursors.lease()
@@ -170,8 +226,9 @@ def sweep(
             topics = pending_topics(uow=uow, model=model, after=topics_after, limit=topic_batch)
             settled = settled_message_id(uow=uow, after_id=after, settle_s=settle_s)
             topics_settled = settled_topic(uow=uow, after=topics_after, settle_s=settle_s)
-        done = _embed(embedder, messages, "message")
-        topics_done = _embed(embedder, [pending for pending, _ in topics], "topic")
+            dimensions = embedder.dimensions or stored_dimensions(uow=uow, model=model)
+        slots = OwnServerSlots(redis_client, per_org=per_org)
+        done, topics_done = _embed_both(embedder, messages, topics, dimensions, slots)
         _store(new_uow, model, done, topics_done)
         if not done.fleet_failed and settled is not None:
             # A full batch may have left missing messages after its last: stop there.
@@ -200,21 +257,35 @@ def _store(
         uow.commit()
 
 
+def _embed_both(
+    embedder: Embedder, messages: Sequence[Pending], topics: Sequence[tuple[Pending, object]],
+    dimensions: int | None, slots: OwnServerSlots,
+) -> tuple[_Outcome, _Outcome]:  # fmt: skip
+    """The messages' vectors, then the topics' (of the size the messages' settled)."""
+    done = _embed(embedder, messages, "message", dimensions=dimensions, slots=slots)
+    topics_done = _embed(embedder, [pending for pending, _ in topics], "topic",
+                         dimensions=done.dimensions, slots=slots)  # fmt: skip
+    return done, topics_done
+
+
 def embed_batch(
     *, new_uow: Callable[[], UnitOfWork], embedder: Embedder, message_ids: Sequence[int],
-    topic_ids: Sequence[uuid.UUID],
+    topic_ids: Sequence[uuid.UUID], redis_client: redis.Redis | None = None,
+    per_org: int = PER_ORG,
 ) -> Embedded:  # fmt: skip
     """A backfill's or the reconciler's batch: those of these messages and topics still
     missing a current vector. Raises EmbeddingsError when the fleet's server failed (the
-    task retries); an org's own server failing leaves its texts to the reconciler."""
+    task retries); an org's own server failing, or at its cap of calls (counted in
+    `redis_client`), leaves its texts to the reconciler."""
     model = embedder.model
     with new_uow() as uow:
         if not vectors_available(uow):
             return Embedded(state="off")
         messages = pending_messages(uow=uow, model=model, ids=message_ids, limit=len(message_ids))
         topics = pending_topics(uow=uow, model=model, ids=topic_ids, limit=len(topic_ids))
-    done = _embed(embedder, messages, "message")
-    topics_done = _embed(embedder, [pending for pending, _ in topics], "topic")
+        dimensions = embedder.dimensions or stored_dimensions(uow=uow, model=model)
+    slots = OwnServerSlots(redis_client, per_org=per_org)
+    done, topics_done = _embed_both(embedder, messages, topics, dimensions, slots)
     _store(new_uow, model, done, topics_done)
     if done.fleet_failed or topics_done.fleet_failed:
         raise EmbeddingsError("the embeddings server failed; the batch is retried")

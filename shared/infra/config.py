@@ -79,6 +79,7 @@ ENVIRONMENT: dict[str, str] = {
     "DRIFTLESS_WEB_STATEMENT_TIMEOUT_MS": "web_statement_timeout_ms",
     "DRIFTLESS_SEARCHES_PER_ORG": "searches_per_org",
     "DRIFTLESS_WEBHOOKS_PER_ORG": "webhooks_per_org",
+    "DRIFTLESS_EMBEDDINGS_PER_ORG": "embeddings_per_org",
     "DRIFTLESS_CAMPAIGNS_PER_ORG": "campaigns_per_org",
     # Imports and exports ([4.1]): what waits on a client, and for how long.
     "DRIFTLESS_IMPORTS_PER_ORG": "imports_per_org",
@@ -196,6 +197,9 @@ class Settings(BaseModel):
     # Webhook attempts in flight per org across the fleet: a quarter of a worker's 128
     # slots, so one org's slow receivers leave the rest to others.
     webhooks_per_org: int = Field(default=32, ge=1, le=10_000)
+    # Calls in flight per org to its own embeddings server across the fleet, a quarter of a
+    # worker's slots too: an org at its cap leaves its texts for later (embeddings/slots.py).
+    embeddings_per_org: int = Field(default=32, ge=1, le=10_000)
     # Re-evaluation campaigns running at once per org.
     campaigns_per_org: int = Field(default=2, ge=1, le=100)
     # Imports and exports ([4.1]). Imports over HTTP at once per org, across the fleet

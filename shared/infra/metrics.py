@@ -145,6 +145,7 @@ LIMIT_KINDS = (
     "campaigns",
     "llm_rpm",
     "monthly_tokens",
+    "embeddings",
 )
 LIMIT_HITS = at_zero(
     Counter(
@@ -155,12 +156,13 @@ LIMIT_HITS = at_zero(
     [(kind,) for kind in LIMIT_KINDS],
 )
 # A search query's vector (shared/embeddings/query.py): from the cache, embedded in time,
-# or none (failed, or past its deadline), and the search stays lexical.
-QUERY_EMBEDDING_RESULTS = ("cached", "embedded", "failed", "timeout")
+# or none (failed, past its deadline, or invalid: not of the model's size, or not finite),
+# and the search stays lexical.
+QUERY_EMBEDDING_RESULTS = ("cached", "embedded", "failed", "timeout", "invalid")
 QUERY_EMBEDDINGS = at_zero(
     Counter(
         "driftless_query_embeddings_total",
-        "Search queries' embeddings by result (cached, embedded, failed, timeout)",
+        "Search queries' embeddings by result (cached, embedded, failed, timeout, invalid)",
         ["result"],
     ),
     [(result,) for result in QUERY_EMBEDDING_RESULTS],
@@ -168,13 +170,18 @@ QUERY_EMBEDDINGS = at_zero(
 # Vectors the workers made (shared/embeddings/sweep.py), by kind and result: a failed
 # text is left for the next sweep, the reconciler or a backfill.
 EMBEDDING_KINDS = ("message", "topic")
+# failed: the server failed; invalid: it answered vectors that cannot be stored (another
+# size than the model's, too long, not finite); deferred: the org was at its cap of calls
+# to its own server, or the model's size was not known yet.
+EMBEDDING_RESULTS = ("stored", "failed", "invalid", "deferred")
 EMBEDDINGS = at_zero(
     Counter(
         "driftless_embeddings_total",
-        "Texts embedded by the workers, by kind (message, topic) and result (stored, failed)",
+        "Texts embedded by the workers, by kind (message, topic) and result (stored, failed,"
+        " invalid, deferred)",
         ["kind", "result"],
     ),
-    [(kind, result) for kind in EMBEDDING_KINDS for result in ("stored", "failed")],
+    [(kind, result) for kind in EMBEDDING_KINDS for result in EMBEDDING_RESULTS],
 )
 # No org label: orgs are unbounded. Which org it was is in the log and the org's webhook.
 BUDGETS_EXHAUSTED = Counter(

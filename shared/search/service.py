@@ -22,7 +22,7 @@ from sqlalchemy import Connection
 from sqlalchemy.engine import Row
 
 from shared.domain.errors import Invalid
-from shared.embeddings.store import vector_literal, vectors_available
+from shared.embeddings.store import stored_dimensions, vector_literal, vectors_available
 from shared.infra.db.uow import UnitOfWork
 from shared.memory.scope import Scope
 from shared.search import fusion, meaning, ranking
@@ -94,7 +94,9 @@ class QueryVectors(Protocol):
     @property
     def model(self) -> str: ...
 
-    def vector(self, text: str, *, org_id: uuid.UUID | None) -> list[float] | None: ...
+    def vector(
+        self, text: str, *, org_id: uuid.UUID | None, dimensions: int | None = None
+    ) -> list[float] | None: ...
 
 
 def checked(query: SearchQuery) -> SearchQuery:
@@ -200,11 +202,14 @@ def _hits(
 def _query_vector(
     uow: UnitOfWork, query: SearchQuery, vectors: QueryVectors | None
 ) -> list[float] | None:
-    """The query's vector, if this search can use one (no database work before it, but the
-    once-a-process check that the vector tables exist)."""
+    """The query's vector, if this search can use one: of the size of the model's stored
+    vectors (a vector of another size would fail the statements, not the search: lexical).
+    No database work before it but the once-a-process checks: the vector tables exist, the
+    model's vectors' size."""
     if vectors is None or not vectors_available(uow):
         return None
-    return vectors.vector(query.q, org_id=query.scope.org_id)
+    dimensions = stored_dimensions(uow=uow, model=vectors.model)
+    return vectors.vector(query.q, org_id=query.scope.org_id, dimensions=dimensions)
 
 
 def _params(query: SearchQuery) -> dict[str, Any]:

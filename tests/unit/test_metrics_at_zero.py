@@ -92,7 +92,7 @@ def _ordered(label_sets: Iterable[dict[str, str]]) -> list[dict[str, str]]:
         (
             "driftless_query_embeddings_total",
             ("result",),
-            [("cached",), ("embedded",), ("failed",), ("timeout",)],
+            [("cached",), ("embedded",), ("failed",), ("timeout",), ("invalid",)],
         ),
         (
             "driftless_reconcile_recovered_total",
@@ -108,12 +108,9 @@ def _ordered(label_sets: Iterable[dict[str, str]]) -> list[dict[str, str]]:
         (
             "driftless_embeddings_total",
             ("kind", "result"),
-            [
-                ("message", "stored"),
-                ("message", "failed"),
-                ("topic", "stored"),
-                ("topic", "failed"),
-            ],
+            list(
+                itertools.product(["message", "topic"], ["stored", "failed", "invalid", "deferred"])
+            ),
         ),
         ("driftless_jobs_succeeded_total", ("task",), [(task,) for task in TASK_ROUTES]),
         ("driftless_jobs_failed_total", ("task",), [(task,) for task in TASK_ROUTES]),

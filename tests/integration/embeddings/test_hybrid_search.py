@@ -219,7 +219,9 @@ class _StandinQueryVectors:
     def __init__(self, model: str) -> None:
         self.model = model
 
-    def vector(self, text: str, *, org_id: uuid.UUID | None) -> list[float] | None:
+    def vector(
+        self, text: str, *, org_id: uuid.UUID | None, dimensions: int | None = None
+    ) -> list[float] | None:
         return _meaning(text)
 
 

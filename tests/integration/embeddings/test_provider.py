@@ -101,7 +101,7 @@ def test_the_dimensions_setting_is_sent_and_the_answers_length_checked(
             "data": [{"object": "embedding", "index": 0, "embedding": embedding("x", 64)}],
         }
     )
-    with pytest.raises(EmbeddingsError, match="16 asked for"):
+    with pytest.raises(EmbeddingsError, match="model's are 16"):
         _embedder(shorter).embed(["x"])
 
 
