@@ -198,9 +198,10 @@ class OpenAIProvider:
         if not response.choices:
             self._record(purpose, org_id, started, failed=True)
             raise LLMError(f"the {purpose} answer had no choices")
-        usage = Usage(
-            prompt_tokens=response.usage.prompt_tokens if response.usage else 0,
-            completion_tokens=response.usage.completion_tokens if response.usage else 0,
+        # Counted as the server says, within bounds (base.MAX_CALL_TOKENS).
+        reported = response.usage
+        usage = Usage.reported(
+            getattr(reported, "prompt_tokens", 0), getattr(reported, "completion_tokens", 0)
         )
         self._record(purpose, org_id, started, usage=usage)
         return Completion(
