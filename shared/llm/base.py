@@ -99,6 +99,10 @@ class LLMCall:
     purpose: str  # summarize | detect_drift
     failed: bool
     usage: Usage = field(default_factory=Usage)  # zero for a failed call
+    # Made with the org's own model (PUT /agents-api/provider): its name is the org's to
+    # choose, so the metrics label the call "own" (shared/infra/metrics.py); the ledger
+    # keeps the name.
+    own_model: bool = False
 
 
 # Told of every call a provider makes, right after it returns or fails (the usage

@@ -115,14 +115,16 @@ class OpenAIProvider:
         max_connections: int = 1,
         on_call: CallListener | None = None,
         network_backend: httpcore2.NetworkBackend | None = None,
+        own_model: bool = False,
     ) -> None:
         """`max_connections`: calls this provider may have in flight at once (the worker's
         concurrency); every one of them keeps its connection between calls. `on_call` is
         told of every call made, answered or failed (the usage ledger). `network_backend`
         opens the connections instead of httpcore's own (an org's server: pinned
         addresses, shared/providers/pinning.py); with it, no proxy from the environment
-        and no redirects."""
+        and no redirects. `own_model`: an org's own (its calls' metrics say "own")."""
         self.model = model
+        self.own_model = own_model
         self.on_call = on_call
         self.timeout_s = timeout_s
         self.max_retries = max_retries
@@ -222,6 +224,7 @@ class OpenAIProvider:
         # Labelled with the configured model, not the answer's dated variant, so a
         # failure and a success of the same deployment share a series.
         call = LLMCall(
-            org_id=org_id, model=self.model, purpose=purpose, failed=failed, usage=usage or Usage()
-        )
+            org_id=org_id, model=self.model, purpose=purpose, failed=failed,
+            usage=usage or Usage(), own_model=self.own_model,
+        )  # fmt: skip
         account(call, seconds=time.perf_counter() - started, listener=self.on_call)
