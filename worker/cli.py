@@ -176,23 +176,25 @@ def _show_limits(limits: OrgLimits) -> str:
 @click.option(
     "--requests-per-s",
     type=_LimitOrDefault(float),
-    help="Requests a second the org may make (0: no limit; 'default': the fleet's).",
+    help="Requests a second the org may make, 0.001 to 1000000 (0: no limit; 'default': the"
+    " fleet's).",
 )
 @click.option(
     "--request-burst",
     type=_LimitOrDefault(int),
-    help="Requests the org may make at once after a pause (1 or more; 'default': the fleet's).",
+    help="Requests the org may make at once after a pause, 1 to 1000000 ('default': the fleet's).",
 )
 @click.option(
     "--llm-rpm",
     type=_LimitOrDefault(int),
-    help="Model calls a minute the org's work may make; more wait (0: no limit; 'default').",
+    help="Model calls a minute the org's work may make, 1 to 1000000; more wait (0: no limit;"
+    " 'default').",
 )
 @click.option(
     "--monthly-tokens",
     type=_LimitOrDefault(int),
-    help="Model tokens a calendar month (UTC); past them fallback summaries, no drift"
-    " (0: no limit; 'default').",
+    help="Model tokens a calendar month (UTC), 1 to 10^15; past them fallback summaries, no"
+    " drift (0: no limit; 'default').",
 )
 def orgs_set(
     org: str, requests_per_s: float | str | None, request_burst: int | str | None,

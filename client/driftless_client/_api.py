@@ -28,6 +28,11 @@ from ._version import __version__
 API_PREFIX = "/agents-api"
 USER_AGENT = f"driftless-client/{__version__}"
 DEFAULT_TIMEOUT_S = 10.0
+# A search text longer than this once percent-encoded is sent by POST /search: with the
+# longest ids beside it, a GET's request line would pass the server's 8,190 bytes (a 414;
+# 1,000 CJK characters alone are 9,000). A shorter one stays a GET, which is retried after
+# a dropped connection as a POST is not.
+MAX_GET_SEARCH_BYTES = 2048
 
 JSON = dict[str, Any]
 Id = str | uuid.UUID
@@ -54,6 +59,11 @@ class Call:
 def _seg(value: Id) -> str:
     """One path segment, percent-encoded whole: ids are opaque (`/`, `:`, `{`, spaces, …)."""
     return quote(str(value), safe="")
+
+
+def _query_value(value: Any) -> str:
+    """A query parameter as the API reads it: `true`/`false` for a flag."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def _scope(agent_id: str, user_id: str) -> dict[str, str]:
@@ -239,13 +249,17 @@ class Operations(Generic[_Answer, _Nothing]):
         kind: Literal["topic", "message"] | None = None,
         include_deprecated: bool = False,
     ) -> _Answer:
-        """`GET /search`: the scope's topics and messages matching `q`, best first,
-        `{results: [{kind, topicId, sessionId, messageId, title, snippet, ...}]}`."""
-        params: dict[str, str] = {**_scope(agent_id, user_id), "q": q, "limit": str(limit)}
+        """`GET /search` (`POST /search` for a long `q`): the scope's topics and messages
+        matching `q`, best first, `{results: [{kind, topicId, sessionId, messageId, title,
+        snippet, ...}]}`."""
+        asked: dict[str, Any] = {**_scope(agent_id, user_id), "q": q, "limit": limit}
         if kind is not None:
-            params["kind"] = kind
+            asked["kind"] = kind
         if include_deprecated:
-            params["includeDeprecated"] = "true"
+            asked["includeDeprecated"] = True
+        if len(quote(q, safe="")) > MAX_GET_SEARCH_BYTES:
+            return self._call(Call("POST", "/search", json=asked))
+        params = {name: _query_value(value) for name, value in asked.items()}
         return self._call(Call("GET", "/search", params=params))
 
     def facts(self, agent_id: str, user_id: str) -> _Answer:

@@ -173,3 +173,58 @@ def loads_checked(text: str, *, limits: Limits) -> Any:
             f"body: nested deeper than {limits.max_json_depth} levels (DRIFTLESS_MAX_JSON_DEPTH)"
         )
     return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
+# --- an org's own limits (`driftless orgs set`) -------------------------------------------
+
+
+@dataclass(frozen=True)
+class LimitRange:
+    """The values one of an org's limits may take: 0 (no limit) where `zero` allows it,
+    else `least` to `most`, whole numbers where `whole`."""
+
+    flag: str  # as `driftless orgs set` spells it
+    what: str
+    least: float
+    most: float
+    whole: bool
+    zero: bool = True
+
+    def allows(self, value: Any) -> bool:
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not (number and math.isfinite(value)) or (self.whole and not float(value).is_integer()):
+            return False
+        return bool((self.zero and value == 0) or self.least <= value <= self.most)
+
+    def range(self) -> str:
+        kind = "a whole number" if self.whole else "a number"
+        return f"{kind} from {self.least:g} to {self.most:g}" + (
+            ", or 0 (no limit)" if self.zero else ""
+        )
+
+    def check(self, value: Any) -> float:
+        """`value`, or Invalid naming the flag and the range."""
+        if not self.allows(value):
+            raise Invalid(
+                f"{self.flag}: {self.what} must be {self.range()}, or 'default' (the"
+                f" fleet's); {value!r} is not"
+            )
+        return float(value)
+
+
+# Bounds that keep each limit meaning what it says. The request bucket's key expires once
+# it would be full again, burst / rate seconds on: at 1e-20 a second that overflowed and
+# the limiter let everything through; at the least rate and the most burst it is 32 years,
+# which Redis holds. The most of each is far past any real org's use.
+ORG_LIMITS = {
+    "requests_per_s": LimitRange(
+        "--requests-per-s", "requests a second", least=0.001, most=1_000_000, whole=False
+    ),
+    "request_burst": LimitRange(
+        "--request-burst", "the request burst", least=1, most=1_000_000, whole=True, zero=False
+    ),
+    "llm_rpm": LimitRange("--llm-rpm", "LLM calls a minute", least=1, most=1_000_000, whole=True),
+    "monthly_tokens": LimitRange(
+        "--monthly-tokens", "monthly tokens", least=1, most=10**15, whole=True
+    ),
+}

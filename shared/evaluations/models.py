@@ -40,8 +40,9 @@ class Evaluation(Base):
     trigger: Mapped[str] = mapped_column(String(32))
     outcome: Mapped[str] = mapped_column(String(16))
     llm_calls: Mapped[int] = mapped_column(default=0)
-    prompt_tokens: Mapped[int] = mapped_column(default=0)
-    completion_tokens: Mapped[int] = mapped_column(default=0)
+    # 64-bit: the sums of the evaluation's calls' tokens (shared/llm/base.py bounds each).
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     model: Mapped[str | None] = mapped_column(String(200))
     error: Mapped[str | None] = mapped_column(Text)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

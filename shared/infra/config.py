@@ -12,10 +12,12 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from shared.domain.limits import ORG_LIMITS
 from shared.infra.crontab import parse_crontab
 from shared.infra.sealing import parse_keys
 
@@ -235,6 +237,15 @@ class Settings(BaseModel):
     def _redis_only(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        return value
+
+    @field_validator("org_requests_per_s", "org_request_burst", "org_llm_rpm", "org_monthly_tokens")
+    @classmethod
+    def _org_limit(cls, value: float, info: ValidationInfo) -> float:
+        # The fleet's default within the range an org's own is held to (`driftless orgs set`).
+        limit = ORG_LIMITS[str(info.field_name).removeprefix("org_")]
+        if not limit.allows(value):
+            raise ValueError(f"must be {limit.range()}")
         return value
 
     @field_validator("secret_keys", "webhook_keys")

@@ -10,6 +10,10 @@ series at 0 (`at_zero`, with the table of values beside it): a series that appea
 its first event has no rate until its second, so its dashboard panel says "No data" and
 an alert on `increase()` misses that first event. Counters labelled by org or by model
 are not: their values are open-ended.
+
+No label takes a value a tenant chooses (a model name, an agent id, a query): each value
+is a series in every scrape, for as long as the process lives. The model label is the
+fleet's DRIFTLESS_LLM_MODEL (or `local`), or OWN_MODEL for any org's own.
 """
 
 from __future__ import annotations
@@ -63,6 +67,9 @@ LLM_ORG_TOKENS = Counter(
     " kind (prompt, completion)",
     ["org", "model", "kind"],
 )
+# The model label of a call to an org's own model (PUT /agents-api/provider), whatever
+# its name: an org may name a new model on every call it configures.
+OWN_MODEL = "own"
 # The org label of a call made for no topic (a benchmark calling the provider itself).
 NO_ORG = "none"
 # From a local server's milliseconds to a slow provider's minutes (the task limit is 300 s).

@@ -4,6 +4,7 @@ malformed answer is handled the same way whichever provider produced it."""
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -51,10 +52,33 @@ class DriftRequest:
     omitted: int = 0
 
 
+# The most tokens one call is counted for, prompt or completion. Above any model's
+# context window (the largest hold 10M), so an honest count is never cut; below what a
+# 64-bit sum of an org's calls could overflow for billions of calls. A server reports
+# what it likes (an org's own one above all): 4e9, -5 or "lots" must not break an org's
+# usage and limits, or the metrics counter (which refuses a negative).
+MAX_CALL_TOKENS = 2**24
+
+
+def _counted(tokens: object) -> int:
+    """A server's token count, as accounting takes it: a whole number in 0..MAX_CALL_TOKENS
+    (a fraction, its whole part; anything else, 0)."""
+    if isinstance(tokens, float) and math.isfinite(tokens):
+        tokens = int(tokens)
+    if isinstance(tokens, bool) or not isinstance(tokens, int):
+        return 0
+    return min(max(tokens, 0), MAX_CALL_TOKENS)
+
+
 @dataclass(frozen=True)
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
+
+    @classmethod
+    def reported(cls, prompt_tokens: object, completion_tokens: object) -> Usage:
+        """The usage a server reported, each count clamped to 0..MAX_CALL_TOKENS."""
+        return cls(_counted(prompt_tokens), _counted(completion_tokens))
 
 
 @dataclass(frozen=True)
@@ -75,6 +99,10 @@ class LLMCall:
     purpose: str  # summarize | detect_drift
     failed: bool
     usage: Usage = field(default_factory=Usage)  # zero for a failed call
+    # Made with the org's own model (PUT /agents-api/provider): its name is the org's to
+    # choose, so the metrics label the call "own" (shared/infra/metrics.py); the ledger
+    # keeps the name.
+    own_model: bool = False
 
 
 # Told of every call a provider makes, right after it returns or fails (the usage

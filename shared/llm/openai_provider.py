@@ -119,14 +119,16 @@ class OpenAIProvider:
         max_connections: int = 1,
         on_call: CallListener | None = None,
         network_backend: httpcore2.NetworkBackend | None = None,
+        own_model: bool = False,
     ) -> None:
         """`max_connections`: calls this provider may have in flight at once (the worker's
         concurrency); every one of them keeps its connection between calls. `on_call` is
         told of every call made, answered or failed (the usage ledger). `network_backend`
         opens the connections instead of httpcore's own (an org's server: pinned
         addresses, shared/providers/pinning.py); with it, no proxy from the environment
-        and no redirects."""
+        and no redirects. `own_model`: an org's own (its calls' metrics say "own")."""
         self.model = model
+        self.own_model = own_model
         self.on_call = on_call
         self.timeout_s = timeout_s
         self.max_retries = max_retries
@@ -202,9 +204,10 @@ class OpenAIProvider:
         if not response.choices:
             self._record(purpose, org_id, started, failed=True)
             raise LLMError(f"the {purpose} answer had no choices")
-        usage = Usage(
-            prompt_tokens=response.usage.prompt_tokens if response.usage else 0,
-            completion_tokens=response.usage.completion_tokens if response.usage else 0,
+        # Counted as the server says, within bounds (base.MAX_CALL_TOKENS).
+        reported = response.usage
+        usage = Usage.reported(
+            getattr(reported, "prompt_tokens", 0), getattr(reported, "completion_tokens", 0)
         )
         self._record(purpose, org_id, started, usage=usage)
         return Completion(
@@ -225,6 +228,7 @@ class OpenAIProvider:
         # Labelled with the configured model, not the answer's dated variant, so a
         # failure and a success of the same deployment share a series.
         call = LLMCall(
-            org_id=org_id, model=self.model, purpose=purpose, failed=failed, usage=usage or Usage()
-        )
+            org_id=org_id, model=self.model, purpose=purpose, failed=failed,
+            usage=usage or Usage(), own_model=self.own_model,
+        )  # fmt: skip
         account(call, seconds=time.perf_counter() - started, listener=self.on_call)

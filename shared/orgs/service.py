@@ -6,12 +6,12 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from dataclasses import dataclass, replace
-from typing import Any
 
 from sqlalchemy import select
 
 from shared.auth.models import Org
-from shared.domain.errors import Invalid, NotFound
+from shared.domain.errors import NotFound
+from shared.domain.limits import ORG_LIMITS
 from shared.infra.db.uow import UnitOfWork
 from shared.orgs.budget import BudgetDefaults, org_budget
 from shared.orgs.ratelimit import RequestLimit
@@ -32,43 +32,30 @@ class OrgLimits:
     monthly_tokens: int | None = None
 
 
-def _whole(value: Any, *, least: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
-
-
 def set_limits(
     *, uow: UnitOfWork, org_name: str, requests_per_s: float | str | None = None,
     request_burst: int | str | None = None, llm_rpm: int | str | None = None,
     monthly_tokens: int | str | None = None,
 ) -> OrgLimits:  # fmt: skip
-    """Set the org's limits, each a number, DEFAULT (the fleet's), or None (unchanged);
-    returns its limits as they now are."""
+    """Set the org's limits, each a number within its ORG_LIMITS range, DEFAULT (the
+    fleet's), or None (unchanged); returns its limits as they now are. A refused value
+    writes nothing."""
+    given = {
+        "requests_per_s": requests_per_s, "request_burst": request_burst,
+        "llm_rpm": llm_rpm, "monthly_tokens": monthly_tokens,
+    }  # fmt: skip
+    values = {
+        name: None if value == DEFAULT else ORG_LIMITS[name].check(value)
+        for name, value in given.items()
+        if value is not None
+    }
     org = uow.session.scalar(select(Org).where(Org.name == org_name).with_for_update())
     if org is None:
         raise NotFound(f"no org named {org_name!r}")
-    if requests_per_s is not None:
-        if requests_per_s != DEFAULT and (
-            not isinstance(requests_per_s, int | float) or not 0 <= requests_per_s < float("inf")
-        ):
-            raise Invalid("requests a second: a number, 0 or more (0: no limit), or 'default'")
-        org.requests_per_s = None if requests_per_s == DEFAULT else float(requests_per_s)
-    if request_burst is not None:
-        if request_burst != DEFAULT and not _whole(request_burst, least=1):
-            raise Invalid("request burst: a whole number, 1 or more, or 'default'")
-        org.request_burst = None if request_burst == DEFAULT else int(request_burst)
-    if llm_rpm is not None:
-        # The column is an integer: past 2**31 - 1 is refused here, not by PostgreSQL.
-        if llm_rpm != DEFAULT and not (_whole(llm_rpm, least=0) and int(llm_rpm) < 2**31):
-            raise Invalid(
-                "LLM calls a minute: a whole number, 0 or more (0: no limit), or 'default'"
-            )
-        org.llm_rpm = None if llm_rpm == DEFAULT else int(llm_rpm)
-    if monthly_tokens is not None:
-        if monthly_tokens != DEFAULT and not (
-            _whole(monthly_tokens, least=0) and int(monthly_tokens) < 2**63
-        ):
-            raise Invalid("monthly tokens: a whole number, 0 or more (0: no limit), or 'default'")
-        org.monthly_tokens = None if monthly_tokens == DEFAULT else int(monthly_tokens)
+    for name, value in values.items():
+        if value is not None:
+            value = int(value) if ORG_LIMITS[name].whole else float(value)
+        setattr(org, name, value)
     uow.session.flush()
     return OrgLimits(
         org.name, org.requests_per_s, org.request_burst, org.llm_rpm, org.monthly_tokens

@@ -87,6 +87,7 @@ def provider_builder(settings: Settings, *, calls: int, on_call: CallListener | 
             max_connections=calls,
             on_call=on_call,  # the usage ledger: by the org's model name
             network_backend=None if config.base_url is None else pinned,
+            own_model=True,  # its name is no metric label: orgs choose any
         )
 
     return build

@@ -26,6 +26,7 @@ class LLMUsage(Base):
     model: Mapped[str] = mapped_column(Text)  # as configured (DRIFTLESS_LLM_MODEL, or local)
     purpose: Mapped[str] = mapped_column(Text)  # summarize | detect_drift, as the metrics say
     outcome: Mapped[str] = mapped_column(String(16))
-    prompt_tokens: Mapped[int]  # 0 for a failed call
-    completion_tokens: Mapped[int]
+    # 64-bit, as their sums: a call counts at most base.MAX_CALL_TOKENS of each.
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger)  # 0 for a failed call
+    completion_tokens: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = created_at_column()

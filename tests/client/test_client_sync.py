@@ -221,6 +221,20 @@ def test_search_finds_an_earlier_sessions_words_in_the_scope(client: Client) -> 
     assert client.search("agent-1", "bob", "flights")["results"] == []
 
 
+def test_a_search_text_of_the_documented_length_is_searched_41(client: Client) -> None:
+    """1,000 CJK characters, percent-encoded, pass any request line a server takes: the
+    client sends such a search by POST."""
+    earlier = client.create_session("agent-1", "ada")
+    client.post_messages(earlier["id"], [{"role": "user", "content": "Flights land at 9pm."}])
+
+    q = "when do flights land " + "記" * 979
+    found = client.search("agent-1", "ada", q, include_deprecated=True)
+
+    assert [hit["sessionId"] for hit in found["results"]] == [earlier["id"]]
+    assert _Recorder().search("a", "u", "記" * 1000).method == "POST"
+    assert _Recorder().search("a", "u", "flights").method == "GET"
+
+
 def test_a_webhook_receives_a_facts_change_signed_and_is_deleted(client: Client) -> None:
     with Receiver() as receiver:
         webhook = client.create_webhook(receiver.url + "/hook", ["facts.changed"])
@@ -455,5 +469,6 @@ def test_the_client_has_one_method_for_every_operation_of_the_openapi_document(
         if path.startswith(API_PREFIX)
         for method in operations
     }
-    called = {(c.method, API_PREFIX + unquote(c.path)) for c in calls.values()}
+    long_search = r.search("a", "u", "記" * 1000)  # POST /search: a long q's own operation
+    called = {(c.method, API_PREFIX + unquote(c.path)) for c in [*calls.values(), long_search]}
     assert called - {("GET", API_PREFIX + "/openapi.json")} == served

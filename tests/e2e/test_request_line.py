@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shared.domain.limits import MAX_FACT_KEY_CHARS, MAX_SCOPE_ID_CHARS
 from shared.infra.config import Settings
+from shared.search.service import MAX_QUERY_CHARS
 from tests.conftest import new_key
 from tests.faults.procs import BIN, Processes, _answers_http, driftless_env, free_port
 from worker.supervisor import _commands
@@ -134,3 +135,16 @@ def test_a_path_that_is_not_utf8_is_a_json_400_naming_it(api: Api) -> None:
 
         assert status == 400, body
         assert f"/agents-api/agents/{segment}" in body["error"]["message"]
+
+
+def test_a_search_text_of_the_documented_length_is_searched_by_post_41(api: Api) -> None:
+    """1,000 CJK characters (the most `q` may hold) are 9,000 bytes percent-encoded: past
+    any request line gunicorn serves, so GET is a 414 before the app sees it. POST takes
+    the same parameters as a JSON body."""
+    scope = {"agentId": "agent-cjk", "userId": "user-cjk"}
+    q = "記" * MAX_QUERY_CHARS
+
+    assert api.call("GET", "/agents-api/search", q=q, **scope)[0] == 414
+    status, found = api.call("POST", "/agents-api/search", {**scope, "q": q})
+
+    assert (status, found["results"]) == (200, [])

@@ -41,6 +41,12 @@ def test_blank_values_mean_unset() -> None:
         ("DRIFTLESS_LLM", "anthropic"),
         ("DATABASE_URL", "mysql://localhost/db"),
         ("REDIS_URL", "http://localhost"),
+        # Out of the range an org's own limit is held to ([4.1]): 1e-20 a second overflowed
+        # the bucket's expiry and let everything through.
+        ("DRIFTLESS_ORG_REQUESTS_PER_S", "1e-20"),
+        ("DRIFTLESS_ORG_REQUEST_BURST", "10000000"),
+        ("DRIFTLESS_ORG_LLM_RPM", "2000000"),
+        ("DRIFTLESS_ORG_MONTHLY_TOKENS", "10000000000000000"),
     ],
 )
 def test_a_bad_value_names_its_variable(variable: str, value: str) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+import uuid
 
 from shared.llm.base import DriftRequest, SummaryRequest, TranscriptLine
 from shared.llm.prompts import (
@@ -14,6 +17,7 @@ from shared.llm.prompts import (
     drift_messages,
     summary_messages,
 )
+from shared.summaries.service import TopicHead, is_summary_current
 
 # The design's instruction text ("Just-in-time summarization & promotion"), verbatim.
 DESIGN_TEXT = """Summarize this conversation. Return a JSON object with:
@@ -40,9 +44,60 @@ def _user_text(messages: list[dict[str, str]]) -> str:
     return messages[1]["content"]
 
 
-def test_prompt_versions_are_named() -> None:
-    assert SUMMARY_PROMPT_VERSION == "summary-v1"
-    assert DRIFT_PROMPT_VERSION == "drift-v1"
+# What each prompt version sends: the sha256 of its messages for one fixed request
+# (FIXED_LINES). A summary records the version that made it, and a re-evaluation campaign
+# redoes those an older version made (shared/summaries/service.py `made_by`): a prompt
+# changed under the same version would leave every summary of the old one counted as
+# current, and no campaign would redo them.
+SENT_BY_VERSION = {
+    "summary-v1": "c7ac090830c86f8aa2849619e2676468dac8784960f1fe017baf892c9eb794f4",
+    "drift-v1": "1c44d68aad475ab916cd37466dd2b9e5f937acd02756b121865cd39ba9326554",
+}
+FIXED_LINES = [
+    TranscriptLine(id=100, role="user", content="m0"),
+    TranscriptLine(id=101, role="assistant", content="m1"),
+    TranscriptLine(id=102, role="tool", content="{}", tool_name="search"),
+]
+
+
+def _fingerprint(messages: list[dict[str, str]]) -> str:
+    return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
+
+
+def test_a_prompt_changes_only_with_a_new_version_41() -> None:
+    """Replaces a test that compared each version constant with a copy of itself, which
+    no change could fail: a prompt's text or layout changed under its old version fails
+    here. Name a new version and add its fingerprint."""
+    summary = summary_messages(
+        SummaryRequest(lines=FIXED_LINES, notes="the notes", omitted=4, previous_summary="before")
+    )
+    drift = drift_messages(
+        DriftRequest(
+            topic_title="t", topic_summary="s", earlier=FIXED_LINES[:1], window=FIXED_LINES[1:],
+            omitted=2,
+        )
+    )  # fmt: skip
+    assert SENT_BY_VERSION.get(SUMMARY_PROMPT_VERSION) == _fingerprint(summary), (
+        "the summary prompt changed: give it a new SUMMARY_PROMPT_VERSION"
+    )
+    assert SENT_BY_VERSION.get(DRIFT_PROMPT_VERSION) == _fingerprint(drift), (
+        "the drift prompt changed: give it a new DRIFT_PROMPT_VERSION"
+    )
+
+
+def test_a_summary_made_by_another_prompt_version_is_not_current() -> None:
+    """What the version decides: which summaries a re-evaluation campaign redoes."""
+
+    def head(version: str | None) -> TopicHead:
+        return TopicHead(
+            id=uuid.uuid4(), status="closed", summary="s", last_message_id=9,
+            summarized_through_id=9, summary_prompt_version=version, summary_model="m",
+            message_count=6, tool_message_count=0,
+        )  # fmt: skip
+
+    assert is_summary_current(head(SUMMARY_PROMPT_VERSION), "m")
+    assert not is_summary_current(head("summary-v0"), "m")
+    assert not is_summary_current(head(None), "m")
 
 
 def _words(text: str) -> str:

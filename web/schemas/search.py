@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from shared.search.service import DEFAULT_LIMIT
-from web.schemas.common import CamelModel, QueryFlag, ScopeQuery
+from web.schemas.common import Body, CamelModel, QueryFlag, ScopeId, ScopeQuery
 
 
 class SearchQueryIn(ScopeQuery):
@@ -19,6 +19,18 @@ class SearchQueryIn(ScopeQuery):
     limit: int = DEFAULT_LIMIT
     kind: Literal["topic", "message"] | None = None
     include_deprecated: QueryFlag = False
+
+
+class SearchBodyIn(Body):
+    """POST /search: GET's parameters as a JSON body, for a `q` whose percent-encoding
+    passes the request line's limit (1,000 CJK characters are 9,000 bytes)."""
+
+    agent_id: ScopeId
+    user_id: ScopeId
+    q: str
+    limit: int = DEFAULT_LIMIT
+    kind: Literal["topic", "message"] | None = None
+    include_deprecated: bool = False
 
 
 class HitOut(CamelModel):

@@ -44,6 +44,7 @@ ROUTES = [
     Route("GET", "/agents-api/facts/history", query=SCOPE + "&key={key}"),
     Route("GET", "/agents-api/memory", query=SCOPE),
     Route("GET", "/agents-api/search", query=SCOPE + "&q=anything"),
+    Route("POST", "/agents-api/search", body={"agentId": "a", "userId": "u", "q": "anything"}),
     Route("GET", "/agents-api/scopes"),
     Route("GET", "/agents-api/export", query=SCOPE),
     # sessions

@@ -76,6 +76,11 @@ def test_orgs_set_lowers_an_orgs_request_limit_and_default_restores_the_fleets(
         (["--request-burst", "1.5"], "is not a whole number"),
         (["--requests-per-s", "-1"], "requests a second"),
         (["--requests-per-s", "fast"], "is not a number"),
+        # [4.1]: so slow a rate overflowed the bucket's expiry, and the limiter let all by.
+        (["--requests-per-s", "1e-20"], "--requests-per-s: requests a second must be a number"),
+        (["--requests-per-s", "nan"], "--requests-per-s"),
+        (["--requests-per-s", "1e9"], "--requests-per-s"),
+        (["--request-burst", "10000000"], "--request-burst: the request burst must be"),
     ],
 )
 def test_orgs_set_refuses_a_limit_that_is_no_limit(
@@ -84,6 +89,20 @@ def test_orgs_set_refuses_a_limit_that_is_no_limit(
     result = _cli(cli_env, "orgs", "set", org_key[0], *args)
     assert result.exit_code != 0
     assert error in result.output
+
+
+def test_orgs_set_writes_nothing_when_one_of_its_limits_is_refused_41(
+    cli_env: dict[str, str], org_key: tuple[str, str], committed_client: FlaskClient
+) -> None:
+    org, key = org_key
+    before = _limits(committed_client, key)
+    refused = _cli(cli_env, "orgs", "set", org, "--llm-rpm", "30", "--requests-per-s", "1e-20")
+    assert refused.exit_code == 1
+    assert "--requests-per-s" in refused.output
+    assert _limits(committed_client, key) == before
+    # The bounds themselves are accepted.
+    ok = _cli(cli_env, "orgs", "set", org, "--requests-per-s", "1000000", "--llm-rpm", "1000000")
+    assert ok.exit_code == 0, ok.output
 
 
 def test_orgs_set_names_an_unknown_org(cli_env: dict[str, str]) -> None:
@@ -128,6 +147,8 @@ def test_orgs_set_gives_an_org_an_llm_budget_that_it_reads_and_default_gives_it_
         (["--llm-rpm", "1.5"], "is not a whole number"),
         (["--monthly-tokens", "-5"], "monthly tokens"),
         (["--monthly-tokens", "lots"], "is not a whole number"),
+        (["--llm-rpm", "2000000"], "--llm-rpm: LLM calls a minute must be a whole number"),
+        (["--monthly-tokens", "10000000000000000"], "--monthly-tokens: monthly tokens must be"),
     ],
 )
 def test_orgs_set_refuses_a_budget_that_is_no_budget(

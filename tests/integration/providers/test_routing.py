@@ -10,10 +10,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY, generate_latest
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.infra.bootstrap import Runtime
 from shared.infra.config import Settings
+from shared.infra.metrics import OWN_MODEL
 from shared.llm.base import LLMError, SummaryRequest, TranscriptLine
 from shared.llm.factory import make_llm
 from shared.providers.breaker import Breaker
@@ -162,3 +164,24 @@ def test_the_bootstrap_routes_the_processes_llm_by_org(
     while not isinstance(llm, OrgRoutedLLM):
         llm = llm.inner
     assert llm.model == "fleet-model"
+
+
+def test_an_orgs_own_model_name_is_no_metric_label_41(
+    llm_settings: Settings,
+    session_factory: sessionmaker[Session],
+    servers: tuple[FakeOpenAI, FakeOpenAI],
+) -> None:
+    """An org names its model as it likes: as a label each name would be a series on the
+    worker's unauthenticated /metrics for good. Its calls are counted as "own"."""
+    chosen = f"secret-project-{uuid.uuid4().hex}"
+    org = new_org(session_factory, server=servers[0], model=chosen)
+    llm = _routed(llm_settings, session_factory)
+    own = {"org": str(org), "model": OWN_MODEL, "outcome": "ok"}
+    before = REGISTRY.get_sample_value("driftless_llm_org_calls_total", own) or 0.0
+
+    assert _summarize(llm, org) == chosen
+
+    exported = generate_latest(REGISTRY).decode()
+    assert chosen not in exported
+    assert REGISTRY.get_sample_value("driftless_llm_org_calls_total", own) == before + 1
+    assert [row[0] for row in rows_of(session_factory, org)] == [chosen]  # the ledger keeps it

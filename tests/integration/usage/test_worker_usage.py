@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from shared.infra.config import Settings
+from shared.llm.base import MAX_CALL_TOKENS
 from tests.integration.usage.worker_system import System, running_system
 from tests.llm_server import FakeOpenAI, Reply
 
@@ -83,3 +84,43 @@ def test_a_failed_call_is_a_usage_row_with_outcome_error_and_no_tokens(
         "prompt tokens": 0,
         "completion tokens": 0,
     }
+
+
+def test_absurd_token_counts_are_clamped_and_the_orgs_limits_and_usage_still_answer_41(
+    system: System, fake_openai: FakeOpenAI
+) -> None:
+    """A server (an org's own, above all) reports what it likes: two calls of 2e9 + 2e9
+    tokens overflowed the org's int4 sum, and /limits and /usage answered 500."""
+    auth = system.new_org()
+    for _ in range(2):
+        fake_openai.queue(Reply(json.dumps(SUMMARY), usage=(2_000_000_000, 2_000_000_000)))
+        org_id, topic_id = system.close_a_topic(auth)
+        system.summarized(auth, topic_id)
+
+    most = MAX_CALL_TOKENS
+    assert system.rows(org_id) == [(MODEL, "summarize", "ok", most, most)] * 2
+    limits = system.client.get("/agents-api/limits", headers=auth)
+    assert limits.status_code == 200, limits.data
+    assert limits.json["tokensUsed"] == 4 * most  # type: ignore[index]
+    usage = system.client.get("/agents-api/usage", headers=auth)
+    assert usage.status_code == 200, usage.data
+    answered: Any = usage.json
+    assert (answered["promptTokens"], answered["completionTokens"]) == (2 * most, 2 * most)
+    assert org_counters(org_id)["prompt tokens"] == 2 * most
+
+
+def test_a_negative_token_count_is_counted_as_none_and_the_summary_is_kept_41(
+    system: System, fake_openai: FakeOpenAI
+) -> None:
+    """A negative count killed the task in the metrics counter (which refuses one): no
+    usage row, and the topic never summarized."""
+    fake_openai.queue(Reply(json.dumps(SUMMARY), usage=(-5, 17)))
+    auth = system.new_org()
+    org_id, topic_id = system.close_a_topic(auth)
+
+    topic = system.summarized(auth, topic_id)
+
+    assert topic["summarySource"] == "llm"
+    assert system.rows(org_id) == [(MODEL, "summarize", "ok", 0, 17)]
+    assert org_counters(org_id)["prompt tokens"] == 0
+    assert org_counters(org_id)["completion tokens"] == 17
