@@ -59,7 +59,7 @@ def _pause(seconds: float) -> None:
 
 
 class RateLimited(Exception):
-    """The provider-wide quota has no room within the caller's maximum wait.
+    """A quota (the provider-wide one, or an org's) has no room within the caller's wait.
 
     Deliberately not an `LLMError`: the summary and evaluation services turn an
     `LLMError` into their fallback (a stored fallback summary, "no drift"), which
@@ -68,9 +68,11 @@ class RateLimited(Exception):
     service before its write step and the task retries (or the reconciler re-enqueues).
     """
 
-    def __init__(self, message: str, *, retry_after_s: float) -> None:
+    def __init__(self, message: str, *, retry_after_s: float, fleet: bool = True) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+        # The fleet's quota (every org on the fleet's model waits) or the org's own.
+        self.fleet = fleet
 
 
 @dataclass(frozen=True)
@@ -178,11 +180,13 @@ def wait_for_room(
     *,
     max_wait_s: float,
     what: str,
+    fleet: bool = True,
     sleep: Callable[[float], None] = _pause,
     clock: Callable[[], float] = time.monotonic,
 ) -> float:
     """Wait until `bucket` grants a call of `tokens`; the seconds slept (0: granted at once).
-    Past `max_wait_s`, `RateLimited` (its message begins with `what`): the task retries."""
+    Past `max_wait_s`, `RateLimited` (its message begins with `what`; `fleet`: whose
+    quota): the task retries, or its org yields its turn (worker/fair.py)."""
     deadline = clock() + max_wait_s
     slept = 0.0
     while True:
@@ -202,6 +206,7 @@ def wait_for_room(
             raise RateLimited(
                 f"{what}: next slot in {wait_s:.1f}s, past the {max_wait_s:g}s wait limit",
                 retry_after_s=wait_s,
+                fleet=fleet,
             )
         pause = wait_s + random.uniform(0, WAIT_JITTER_S)
         sleep(pause)

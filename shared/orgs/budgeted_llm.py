@@ -93,7 +93,7 @@ class BudgetedLLM:
         try:
             waited_s = wait_for_room(
                 self._bucket(org_id, rpm), 0, max_wait_s=self.max_wait_s,
-                what=f"org {org_id}'s LLM calls a minute ({rpm}) are used up",
+                what=f"org {org_id}'s LLM calls a minute ({rpm}) are used up", fleet=False,
                 sleep=self._sleep, clock=self._clock,
             )  # fmt: skip
         except RateLimited:
