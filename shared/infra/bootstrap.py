@@ -161,7 +161,7 @@ class Runtime:
         # An org that set its own model (bring your own key) has its calls go there.
         provider = route_by_org(
             fleet, settings=self.settings, new_uow=self.unit_of_work, box=self.secret_box,
-            calls=self.tasks_per_process, on_call=ledger,
+            calls=self.tasks_per_process, on_call=ledger, redis_client=self.redis,
         )  # fmt: skip
         # Outermost: a call of an org past its budget is refused before it takes from
         # the fleet's bucket or reaches a model (shared/orgs/budgeted_llm.py).

@@ -79,6 +79,7 @@ ENVIRONMENT: dict[str, str] = {
     "DRIFTLESS_SEARCHES_PER_ORG": "searches_per_org",
     "DRIFTLESS_WEBHOOKS_PER_ORG": "webhooks_per_org",
     "DRIFTLESS_CAMPAIGNS_PER_ORG": "campaigns_per_org",
+    "DRIFTLESS_OWN_MODEL_CALLS_PER_ORG": "own_model_calls_per_org",
     "LOG_FORMAT": "log_format",
 }
 FIELD_TO_VARIABLE = {field: var for var, field in ENVIRONMENT.items()}
@@ -189,6 +190,9 @@ class Settings(BaseModel):
     webhooks_per_org: int = Field(default=32, ge=1, le=10_000)
     # Re-evaluation campaigns running at once per org.
     campaigns_per_org: int = Field(default=2, ge=1, le=100)
+    # Calls in flight per org to its own model across the fleet: a quarter of a worker's
+    # 128 slots, as webhooks, so one org's slow model leaves the rest to others.
+    own_model_calls_per_org: int = Field(default=32, ge=1, le=10_000)
     log_format: Literal["json", "text"] = "json"
 
     @model_validator(mode="after")

@@ -144,6 +144,7 @@ LIMIT_KINDS = (
     "campaigns",
     "llm_rpm",
     "monthly_tokens",
+    "own_model_calls",
 )
 LIMIT_HITS = at_zero(
     Counter(

@@ -13,8 +13,11 @@ import pytest
 import redis
 
 from shared.infra.config import Settings
+from shared.providers.service import set_provider
+from tests.integration.providers.orgs import BOX, new_uow
 from tests.integration.reevaluations.system import SUMMARY, System, campaign_system
 from tests.integration.reevaluations.world import topics_of
+from tests.integration.webhooks.outbox import org_of
 from tests.llm_server import FakeOpenAI
 
 # Ten calls a minute for the fleet: a bucket of one call, refilled every 6.6 s.
@@ -76,3 +79,34 @@ def test_a_slow_answer_is_not_a_quota_the_ring_still_serves_in_turn_41(
     with system.worker(concurrency=2):
         system.until_summarized(one)
     assert fake_openai.calls == 1
+
+
+def test_an_orgs_slow_own_model_holds_only_its_share_of_the_slots_41(
+    settings: Settings, fake_openai: FakeOpenAI
+) -> None:
+    overrides = {"own_model_calls_per_org": 2, "webhook_allow_private": True}
+    with (
+        campaign_system(settings, fake_openai, fair=True, overrides=overrides) as system,
+        FakeOpenAI() as own,
+    ):
+        assert system.fair is not None
+        own.slow(3.0, json.dumps(SUMMARY))  # A's own model: every answer takes 3 s
+        org_a, org_b = system.new_org(), system.new_org()
+        with new_uow(system.factory) as uow:
+            set_provider(
+                uow=uow, org_id=org_of(system.factory, org_a), base_url=own.base_url,
+                api_key="sk-own", model="own-model", box=BOX, allow_private=True,
+            )  # fmt: skip
+            uow.commit()
+        slow = topics_of(system.client, org_a, closed=4, active=False)
+        with system.worker(concurrency=4):
+            _until(lambda: own.in_flight == 2)
+            behind = topics_of(system.client, org_b, closed=1, active=False)
+            system.until_summarized(behind)
+            # Two of A's calls hold two of the four slots; A's other two wait in A's
+            # list (not in slots), and B's close took a free slot at once.
+            assert own.calls == 2
+            assert system.summarized(slow) == 0
+            assert system.fair.waiting("live").jobs == 2
+            system.until_summarized(slow)  # A's last two are served as its calls end
+        assert own.calls == 4
