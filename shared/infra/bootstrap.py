@@ -165,7 +165,7 @@ class Runtime:
         )  # fmt: skip
         # Outermost: a call of an org past its budget is refused before it takes from
         # the fleet's bucket or reaches a model (shared/orgs/budgeted_llm.py).
-        budgets = Budgets(self.unit_of_work, defaults=self.budget_defaults)
+        budgets = Budgets(self.unit_of_work, defaults=self.budget_defaults, redis_client=self.redis)
         return BudgetedLLM(provider, budgets=budgets, redis_client=self.redis, max_wait_s=0)
 
     @cached_property

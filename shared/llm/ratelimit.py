@@ -174,6 +174,16 @@ def estimate_tokens(messages: list[dict[str, str]], *, completion_tokens: int) -
     return prompt + completion_tokens
 
 
+def summary_estimate(request: SummaryRequest) -> int:
+    """A summary call's tokens, before it is made."""
+    return estimate_tokens(summary_messages(request), completion_tokens=SUMMARY_COMPLETION_TOKENS)
+
+
+def drift_estimate(request: DriftRequest) -> int:
+    """A drift call's tokens, before it is made."""
+    return estimate_tokens(drift_messages(request), completion_tokens=DRIFT_COMPLETION_TOKENS)
+
+
 def wait_for_room(
     bucket: TokenBucket,
     tokens: int,
@@ -238,16 +248,10 @@ class RateLimitedLLM:
         self._clock = clock
 
     def summarize(self, request: SummaryRequest) -> Completion:
-        estimate = estimate_tokens(
-            summary_messages(request), completion_tokens=SUMMARY_COMPLETION_TOKENS
-        )
-        return self._call(lambda: self.inner.summarize(request), estimate)
+        return self._call(lambda: self.inner.summarize(request), summary_estimate(request))
 
     def detect_drift(self, request: DriftRequest) -> Completion:
-        estimate = estimate_tokens(
-            drift_messages(request), completion_tokens=DRIFT_COMPLETION_TOKENS
-        )
-        return self._call(lambda: self.inner.detect_drift(request), estimate)
+        return self._call(lambda: self.inner.detect_drift(request), drift_estimate(request))
 
     def acquire(self, tokens: int) -> None:
         """Wait until the buckets grant the call, or raise `RateLimited` past max_wait_s."""

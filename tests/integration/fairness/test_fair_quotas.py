@@ -13,12 +13,16 @@ import pytest
 import redis
 
 from shared.infra.config import Settings
+from shared.infra.db.uow import UnitOfWork
+from shared.infra.queue import RecordingQueue
+from shared.orgs.budget import BudgetDefaults, org_budget
 from shared.providers.service import set_provider
+from tests.integration.orgs.budget import give_budget
 from tests.integration.providers.orgs import BOX, new_uow
 from tests.integration.reevaluations.system import SUMMARY, System, campaign_system
 from tests.integration.reevaluations.world import topics_of
 from tests.integration.webhooks.outbox import org_of
-from tests.llm_server import FakeOpenAI
+from tests.llm_server import FakeOpenAI, Reply
 
 # Ten calls a minute for the fleet: a bucket of one call, refilled every 6.6 s.
 FLEET_RPM = 10
@@ -110,3 +114,21 @@ def test_an_orgs_slow_own_model_holds_only_its_share_of_the_slots_41(
             assert system.fair.waiting("live").jobs == 2
             system.until_summarized(slow)  # A's last two are served as its calls end
         assert own.calls == 4
+
+
+def test_a_monthly_budget_is_overshot_by_one_call_at_most_with_calls_in_flight_41(
+    system: System, fake_openai: FakeOpenAI
+) -> None:
+    # The check ran before each call and the charge after it: every call in flight passed
+    # (a probe's 1,000-token budget gave 20-26k tokens). Each call here uses 400 tokens.
+    fake_openai.answer_with(lambda _: Reply(json.dumps(SUMMARY), delay_s=0.3, usage=(300, 100)))
+    auth = system.new_org()
+    org_id = org_of(system.factory, auth)
+    give_budget(system.factory, org_id, monthly_tokens=1000)
+    closed = topics_of(system.client, auth, closed=8, active=False)
+    with system.worker(concurrency=4):
+        system.until_summarized(closed)  # the model's summaries, then R14's fallbacks
+    assert fake_openai.calls <= 3  # 400 + 400 fit; a lone third goes past by itself
+    with UnitOfWork(system.factory, RecordingQueue()) as uow:
+        used = org_budget(uow=uow, org_id=org_id, defaults=BudgetDefaults(0, 0)).tokens_used
+    assert used <= 1000 + 400
