@@ -226,7 +226,7 @@ class Runtime:
         # Every task of the process may have an attempt in flight.
         calls = max(self.tasks_per_process, 1)
         limits = httpx.Limits(max_connections=calls, max_keepalive_connections=min(calls, 20))
-        # Each attempt's connect, send and answer end by its one deadline (deadline.py).
+        # Each attempt ends by its one deadline (shared/infra/deadline.py).
         return webhook_client(limits=limits)
 
     def build(self) -> Runtime:

@@ -15,8 +15,8 @@ A delivery job (worker/tasks.py `deliver_webhook`) runs `deliver`:
    (`targets.pin_target`), on every redirect hop too; redirects only within the URL's
    origin (scheme, host and port), since each hop carries the signed body and headers.
    The attempt has one deadline, DRIFTLESS_WEBHOOK_TIMEOUT_S, for every hop's connect,
-   send and answer together (`deadline.py`): a receiver trickling its answer cannot
-   hold a worker past it.
+   send and answer together (`shared/infra/deadline.py`): a receiver trickling its
+   answer cannot hold a worker past it.
 3. `settle` records the answer: delivered; or failed, due again after an exponential
    backoff with jitter; or dead after DRIFTLESS_WEBHOOK_MAX_ATTEMPTS.
 4. It goes on with the subscription's next due delivery while one more attempt ends,
@@ -48,6 +48,7 @@ from sqlalchemy import text
 from standardwebhooks.webhooks import Webhook as Signer
 
 from shared.infra.db.uow import UnitOfWork
+from shared.infra.deadline import attempt_deadline, time_left
 from shared.infra.metrics import (
     LIMIT_HITS,
     WEBHOOK_ATTEMPT_SECONDS,
@@ -57,7 +58,6 @@ from shared.infra.metrics import (
 from shared.infra.queue import DELIVER_WEBHOOK, Job
 from shared.infra.sealing import SecretBox, SecretUnavailable
 from shared.infra.targets import Resolver, Target, UnsafeTarget, pin_target, resolve_system
-from shared.webhooks.deadline import attempt_deadline, time_left
 from shared.webhooks.slots import ORG_WAIT_S, Slot, WebhookSlots
 
 log = logging.getLogger(__name__)
