@@ -96,14 +96,17 @@ def top_up(runtime: Runtime, *, period_s: float) -> dict[str, int]:
     """Tickets for lanes whose oldest job has waited longer than a reconcile period.
 
     Its ticket may have been lost (sent after the push failed, or dropped with the
-    broker's data). A ticket too many finds an empty lane and ends at once, so a lane
-    that is only slow costs a few empty runs, never a job run twice.
+    broker's data); a ticket parked while its org waits out a quota is not. A ticket too
+    many finds an empty lane and ends at once, so a lane that is only slow costs a few
+    empty runs, never a job run twice.
     """
     sent: dict[str, int] = {}
     for lane in LANES:
         waiting = runtime.fair.waiting(lane)
-        if waiting.jobs and waiting.oldest_s > period_s:
-            count = min(waiting.jobs, TOP_UP_TICKETS)
+        # Jobs whose orgs wait out a quota hold parked tickets: those are not lost.
+        missing = waiting.jobs - waiting.parked
+        if missing > 0 and waiting.oldest_s > period_s:
+            count = min(missing, TOP_UP_TICKETS)
             for _ in range(count):
                 runtime.queue.send(ticket(lane))
             sent[lane] = count

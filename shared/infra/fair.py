@@ -118,8 +118,9 @@ NEXT_LOOK_MS = 100
 # while the fleet's quota is held, as long as it has been refused by it lately.
 FLEET_MARK_MS = 10 * 60 * 1000
 
-# KEYS: ring. ARGV: prefix, how many orgs to look at. Returns orgs waiting, jobs in the
-# lists looked at, and the oldest of their head jobs' push times (or false).
+# KEYS: ring, parked tickets. ARGV: prefix, how many orgs to look at. Returns orgs
+# waiting, jobs in the lists looked at, the oldest of their head jobs' push times (or
+# false), and the tickets parked.
 _WAITING = """
 local orgs = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
 local jobs, oldest = 0, false
@@ -132,7 +133,8 @@ for _, org in ipairs(orgs) do
     if pushed and (not oldest or pushed < oldest) then oldest = pushed end
   end
 end
-return {redis.call('LLEN', KEYS[1]), jobs, oldest and tostring(oldest) or false}
+return {redis.call('LLEN', KEYS[1]), jobs, oldest and tostring(oldest) or false,
+        tonumber(redis.call('GET', KEYS[2]) or '0')}
 """
 # A scrape looks at this many orgs at most: the gauges stay one bounded round trip.
 WAITING_SCAN = 1000
@@ -165,6 +167,7 @@ class Waiting:
     orgs: int
     jobs: int
     oldest_s: float
+    parked: int = 0
 
 
 def _ring(lane: Lane) -> str:
@@ -252,10 +255,10 @@ class FairQueue:
         return bool(self._unpark(keys=[_key(lane, "parked")]))
 
     def waiting(self, lane: Lane, *, now: float | None = None) -> Waiting:
-        orgs, jobs, oldest = self._waiting(
-            keys=[_ring(lane)], args=[_jobs_prefix(lane), WAITING_SCAN]
+        orgs, jobs, oldest, parked = self._waiting(
+            keys=[_ring(lane), _key(lane, "parked")], args=[_jobs_prefix(lane), WAITING_SCAN]
         )
         if oldest is None:
-            return Waiting(int(orgs), int(jobs), 0.0)
+            return Waiting(int(orgs), int(jobs), 0.0, int(parked))
         waited = (time.time() if now is None else now) - float(oldest)
-        return Waiting(int(orgs), int(jobs), max(0.0, waited))
+        return Waiting(int(orgs), int(jobs), max(0.0, waited), int(parked))
