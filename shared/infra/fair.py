@@ -86,14 +86,15 @@ return {false, soonest or -1, 0}
 # Orgs a pop looks at, at most: the skipping of orgs that yield is bounded per pop.
 SKIPS = 16
 
-# KEYS: ring, the org's list, its hold (or the lane's fleet hold), its fleet mark (or
-# ""). ARGV: org, job, hold ms, fleet mark ms. The job goes back to the head of its
-# org's list, the org back to the ring's head if it had left it (its turn kept), and
-# the org (or the lane's fleet-model orgs) holds for the given time.
+# KEYS: ring, the org's list, its hold (or the lane's fleet hold), its fleet mark.
+# ARGV: org, job, hold ms, fleet mark ms, 1 if the fleet's quota refused it. The job
+# goes back to the head of its org's list, the org back to the ring's head if it had
+# left it (its turn kept), and the org (or the lane's fleet-model orgs) holds for the
+# given time.
 _YIELD = """
 if redis.call('LPUSH', KEYS[2], ARGV[2]) == 1 then redis.call('LPUSH', KEYS[1], ARGV[1]) end
 redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
-if KEYS[4] ~= '' then redis.call('SET', KEYS[4], '1', 'PX', ARGV[4]) end
+if ARGV[5] == '1' then redis.call('SET', KEYS[4], '1', 'PX', ARGV[4]) end
 return 1
 """
 
@@ -231,14 +232,15 @@ class FairQueue:
     def yield_turn(self, lane: Lane, job: FairJob, *, hold_s: float, fleet: bool) -> None:
         """Put a job its quota refused back at the head of its org's list, and hold the org
         (`fleet`: every org refused by the fleet's quota lately) for `hold_s`."""
-        if fleet:
-            held, mark = _key(lane, "fleet-held"), _key(lane, "fleet:") + job.org
-        else:
-            held, mark = _key(lane, "held:") + job.org, ""
+        held = _key(lane, "fleet-held") if fleet else _key(lane, "held:") + job.org
+        mark = _key(lane, "fleet:") + job.org  # a key of the lane's slot either way
         self._yield(
             keys=[_ring(lane), _jobs_prefix(lane) + job.org, held, mark],
-            args=[job.org, job.encode(), max(1, math.ceil(hold_s * 1000)), FLEET_MARK_MS],
-        )
+            args=[
+                job.org, job.encode(), max(1, math.ceil(hold_s * 1000)), FLEET_MARK_MS,
+                1 if fleet else 0,
+            ],
+        )  # fmt: skip
 
     def park(self, lane: Lane, *, wait_s: float) -> bool:
         """A ticket that found nothing admissible: True if it is to wake the lane in
