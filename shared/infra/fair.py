@@ -81,7 +81,12 @@ end
 if redis.call('LLEN', KEYS[1]) > skipped then
   return {false, math.min(soonest or 0, tonumber(ARGV[5])), 0}
 end
-return {false, soonest or -1, 0}
+if not soonest then
+  -- No job waits: any ticket still parked is a spare one (a reconciler's top-up).
+  redis.call('DEL', KEYS[3])
+  return {false, -1, 0}
+end
+return {false, soonest, 0}
 """
 # Orgs a pop looks at, at most: the skipping of orgs that yield is bounded per pop.
 SKIPS = 16

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import redis
 
 from shared.infra.fair import FairJob, FairQueue
 from shared.infra.queue import (
@@ -193,3 +194,18 @@ def test_a_pop_looks_at_a_bounded_number_of_held_orgs_41(fair: FairQueue) -> Non
         "free-0",
     ]
     assert turns[0].retry_in_s is not None and turns[0].retry_in_s <= 0.1  # more to look at
+
+
+def test_a_lane_found_empty_forgets_its_parked_tickets_41(fair: FairQueue, redis_url: str) -> None:
+    fair.push("live", job("a", 0))
+    refused = fair.pop("live")
+    assert refused is not None
+    fair.yield_turn("live", refused, hold_s=60, fleet=False)
+    fair.park("live", wait_s=60)
+    fair.park("live", wait_s=60)  # parked: A's job has its waker and one spare ticket
+    assert fair.waiting("live").parked == 1
+    client = redis.Redis.from_url(redis_url)
+    client.delete(*client.keys("driftless:{fair:live}:jobs:*"))  # A's job lost
+    client.close()
+    assert fair.take("live").retry_in_s is None  # the lane is empty...
+    assert fair.waiting("live").parked == 0  # ...and its spare ticket is not counted
