@@ -17,6 +17,14 @@ tickets: shared/infra/fair.py).
     python -m bench.fairness --fifo            # the same without fair share: one FIFO
     python -m bench.fairness --own-campaign    # A's 3,000 as its own campaign (bulk lane),
                                                # A's own 10 live closes behind it
+
+Under quotas ([4.1]; the late closes should be readable within 5 s):
+    python -m bench.fairness --backlog 100 --late 5 --latency 0.5 --fleet-rpm 120
+        # the fleet's quota, 120 calls a minute: A's 100 take their turns with B's
+    python -m bench.fairness --backlog 140 --late 5 --latency 0.5 --own-model-latency 20 \
+        --skip-drain
+        # A's own model answers in 20 s: A's calls hold DRIFTLESS_OWN_MODEL_CALLS_PER_ORG
+        # (32) of the worker's 128 greenlets, B's closes go to the fleet's model
 """
 
 from __future__ import annotations
@@ -47,6 +55,8 @@ from shared.infra.config import Settings
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.fair import FairQueue
 from shared.infra.queue import SUMMARIZE_TOPIC, CeleryJobQueue, Job, RecordingQueue
+from shared.infra.sealing import SecretBox
+from shared.providers.service import set_provider
 from shared.sessions.service import create_session, open_topic, post_message
 from shared.topics.models import Topic
 from tests.llm_server import FakeOpenAI
@@ -183,6 +193,12 @@ def main() -> None:
     parser.add_argument("--own-campaign", action="store_true",
                         help="A's backlog is its own campaign's (bulk lane); the late closes"
                         " are A's own, live")  # fmt: skip
+    parser.add_argument("--fleet-rpm", type=int, default=0,
+                        help="the fleet's quota, calls a minute (DRIFTLESS_LLM_RPM)")  # fmt: skip
+    parser.add_argument("--own-model-latency", type=float, default=0.0,
+                        help="org A on its own model, at this many seconds a call")  # fmt: skip
+    parser.add_argument("--skip-drain", action="store_true",
+                        help="end once the late topics are readable, not A's backlog")  # fmt: skip
     args = parser.parse_args()
     host = machine()
     env = bench_env(args.admin_database_url)
@@ -204,11 +220,21 @@ def main() -> None:
         [session_id] = sessions_with_messages(env, org_id, 1, f"late{n}")
         lates.append(Late(f"late{n}-0", org_id, session_id))
 
-    with FakeOpenAI() as fake:
+    with FakeOpenAI() as fake, FakeOpenAI() as own:
         fake.slow(args.latency, SUMMARY_ANSWER)
+        own.slow(args.own_model_latency, SUMMARY_ANSWER)
+        if args.own_model_latency:  # A's own model, on a server of its own
+            with env.uow() as uow:
+                set_provider(
+                    uow=uow, org_id=org_a, base_url=own.base_url, api_key="sk-own",
+                    model="own-model", box=SecretBox(None), allow_private=True,
+                )  # fmt: skip
+                uow.commit()
         environment = env.process_environment(
-            DRIFTLESS_LLM="openai", OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="x"
-        )
+            DRIFTLESS_LLM="openai", OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="x",
+            DRIFTLESS_LLM_RPM=str(args.fleet_rpm), DRIFTLESS_WEBHOOK_ALLOW_PRIVATE="1",
+            DRIFTLESS_LLM_TIMEOUT_S=str(max(30.0, 2 * args.own_model_latency)),
+        )  # fmt: skip
         with subprocess_running(worker_command(), environment) as worker:
             time.sleep(3)  # the worker connects; the first jobs then start at once
             worker.check_alive("worker")
@@ -232,12 +258,14 @@ def main() -> None:
             watcher.join(timeout=120 + len(lates) * args.latency)
             watch.done.set()
             drained_at_late = count_summarized(env, backlog_ids)
-            wait_until(
-                lambda: count_summarized(env, backlog_ids) == len(backlog_ids),
-                timeout_s=120 + 3 * args.backlog * args.latency,
-                what="org A's backlog",
-                process=worker,
-            )
+            own_in_flight = own.in_flight
+            if not args.skip_drain:
+                wait_until(
+                    lambda: count_summarized(env, backlog_ids) == len(backlog_ids),
+                    timeout_s=120 + 3 * args.backlog * args.latency,
+                    what="org A's backlog",
+                    process=worker,
+                )
             finished = time.time()
     to_model = [(reached_model(fake, late.tag) or float("nan")) - late.closed_at for late in lates]
     readable = [(late.readable_at or float("nan")) - late.closed_at for late in lates]
@@ -248,6 +276,11 @@ def main() -> None:
     if args.own_campaign:
         who, what = f"its own {args.late} live closes", f"ran a {args.backlog}-topic campaign"
     how = "one FIFO queue" if args.fifo else "fair share"
+    if args.fleet_rpm:
+        how += f", fleet quota {args.fleet_rpm} calls a minute"
+    if args.own_model_latency:
+        how += f", A on its own model at {args.own_model_latency:g} s a call"
+        print(f"  A's calls in flight at its own model when B's were readable: {own_in_flight}")
     print(f"[{how}] org A {what}; {who} closed over {args.spread:.0f} s;"
           f" model at {args.latency:.2f} s a call")  # fmt: skip
     print(f"  late close -> request at the model:  {describe([s * 1000 for s in to_model])}"
@@ -255,6 +288,10 @@ def main() -> None:
     print(f"  late close -> summary readable:      {describe([s * 1000 for s in readable])}"
           f"   max {max(readable):.2f} s")  # fmt: skip
     elapsed = finished - started
+    if args.skip_drain:
+        print(f"  org A: {drained_at_late} of {args.backlog} done when the last late topic was"
+              " readable")  # fmt: skip
+        return
     print(f"  org A: {args.backlog} summaries in {elapsed:.1f} s = {args.backlog / elapsed:.1f}/s"
           f" ({drained_at_late} done when the last late topic was readable)")  # fmt: skip
 

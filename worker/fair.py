@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from celery import Task
 from sqlalchemy.exc import OperationalError
@@ -25,6 +26,8 @@ RETRY_AFTER_S = 5.0
 # Tickets the reconciler sends a lane at most per pass: enough to restart a stalled lane,
 # few enough that a wrong guess costs only empty tickets.
 TOP_UP_TICKETS = 100
+# Orgs a ticket tries, whose jobs their quotas turn away, before it parks.
+TRIES = 4
 
 
 def serve_next(
@@ -34,30 +37,55 @@ def serve_next(
     *,
     on_failure: Callable[[FairJob], None],
 ) -> str:
-    """Run the job whose org's turn it is in `lane`: its outcome, or "empty" if none waits.
+    """Run the job whose org's turn it is in `lane`: its outcome, or "empty" if none waits,
+    "waiting" if none is admissible now.
 
-    A job the model's quota or the database turns away goes back to the broker as
-    itself, with a countdown, and retries there; what it wrote is nothing (the services
-    write after the call). Any other error ends it: `on_failure`, then raise.
+    A job a quota turns away (its org's in-flight share or calls a minute, the fleet's
+    quota) goes back to the head of its org's list and its org yields its turn for the
+    quota's wait; the ticket tries the next org, up to TRIES times. A ticket that finds
+    no org admissible wakes the lane when the soonest may be (sent back with that
+    countdown), or is parked if another ticket does; a parked ticket is sent again as
+    jobs are admitted and end. A database blip sends the job back to the broker as
+    itself with a countdown. Any other error ends it: `on_failure`, then raise.
     """
     runtime: Runtime = task.app.driftless
-    job = runtime.fair.pop(lane)
-    if job is None:
+    fair = runtime.fair
+    wait_s: float | None = None
+    for _ in range(TRIES):
+        turn = fair.take(lane)
+        if turn.release:
+            runtime.queue.send(ticket(lane))
+        job = turn.job
+        if job is None:
+            wait_s = turn.retry_in_s
+            break
+        started = time.time()
+        serving(task, job.task)
+        try:
+            outcome = jobs[job.task](task.app, **job.kwargs)
+        except RateLimited as exc:
+            # Nothing written (the services write after the call): its org waits its quota.
+            fair.yield_turn(lane, job, hold_s=exc.retry_after_s, fleet=exc.fleet)
+            wait_s = exc.retry_after_s
+            continue
+        except (OperationalError, PoolTimeout):
+            log.warning(
+                "%s %s: database unavailable, sent back", job.task, job.kwargs, exc_info=True
+            )
+            _send_back(runtime, lane, job, countdown=RETRY_AFTER_S)
+            return "retry"
+        except Exception:
+            on_failure(job)
+            raise
+        JOB_WAIT.labels(lane).observe(max(0.0, started - job.pushed_at))
+        if fair.unpark(lane):  # the job's slot is free: a parked ticket tries again
+            runtime.queue.send(ticket(lane))
+        return outcome
+    if wait_s is None:
         return "empty"
-    JOB_WAIT.labels(lane).observe(max(0.0, time.time() - job.pushed_at))
-    serving(task, job.task)
-    try:
-        return jobs[job.task](task.app, **job.kwargs)
-    except RateLimited as exc:
-        _send_back(runtime, lane, job, countdown=exc.retry_after_s)
-        return "rate_limited"
-    except (OperationalError, PoolTimeout):
-        log.warning("%s %s: database unavailable, sent back", job.task, job.kwargs, exc_info=True)
-        _send_back(runtime, lane, job, countdown=RETRY_AFTER_S)
-        return "retry"
-    except Exception:
-        on_failure(job)
-        raise
+    if wait_s <= 0 or fair.park(lane, wait_s=wait_s):
+        runtime.queue.send(replace(ticket(lane), countdown=wait_s or None))
+    return "waiting"
 
 
 def _send_back(runtime: Runtime, lane: Lane, job: FairJob, *, countdown: float) -> None:
@@ -68,14 +96,17 @@ def top_up(runtime: Runtime, *, period_s: float) -> dict[str, int]:
     """Tickets for lanes whose oldest job has waited longer than a reconcile period.
 
     Its ticket may have been lost (sent after the push failed, or dropped with the
-    broker's data). A ticket too many finds an empty lane and ends at once, so a lane
-    that is only slow costs a few empty runs, never a job run twice.
+    broker's data); a ticket parked while its org waits out a quota is not. A ticket too
+    many finds an empty lane and ends at once, so a lane that is only slow costs a few
+    empty runs, never a job run twice.
     """
     sent: dict[str, int] = {}
     for lane in LANES:
         waiting = runtime.fair.waiting(lane)
-        if waiting.jobs and waiting.oldest_s > period_s:
-            count = min(waiting.jobs, TOP_UP_TICKETS)
+        # Jobs whose orgs wait out a quota hold parked tickets: those are not lost.
+        missing = waiting.jobs - waiting.parked
+        if missing > 0 and waiting.oldest_s > period_s:
+            count = min(missing, TOP_UP_TICKETS)
             for _ in range(count):
                 runtime.queue.send(ticket(lane))
             sent[lane] = count

@@ -159,18 +159,21 @@ class Runtime:
         # Every task of the process may have a call in flight (the HTTP connection pool).
         # Each call the provider makes is written to the usage ledger as it returns.
         ledger = UsageLedger(self.unit_of_work)
+        # No quota is waited for in a worker's slot: a call without room raises at once,
+        # and its org yields its turn in the fair queue until there is (worker/fair.py).
         fleet = make_llm(
-            self.settings, redis_client=self.redis, calls=self.tasks_per_process, on_call=ledger
-        )
+            self.settings, redis_client=self.redis, calls=self.tasks_per_process,
+            on_call=ledger, max_wait_s=0,
+        )  # fmt: skip
         # An org that set its own model (bring your own key) has its calls go there.
         provider = route_by_org(
             fleet, settings=self.settings, new_uow=self.unit_of_work, box=self.secret_box,
-            calls=self.tasks_per_process, on_call=ledger,
+            calls=self.tasks_per_process, on_call=ledger, redis_client=self.redis,
         )  # fmt: skip
         # Outermost: a call of an org past its budget is refused before it takes from
         # the fleet's bucket or reaches a model (shared/orgs/budgeted_llm.py).
-        budgets = Budgets(self.unit_of_work, defaults=self.budget_defaults)
-        return BudgetedLLM(provider, budgets=budgets, redis_client=self.redis)
+        budgets = Budgets(self.unit_of_work, defaults=self.budget_defaults, redis_client=self.redis)
+        return BudgetedLLM(provider, budgets=budgets, redis_client=self.redis, max_wait_s=0)
 
     @cached_property
     def embedder(self) -> Embedder | None:

@@ -88,6 +88,7 @@ ENVIRONMENT: dict[str, str] = {
     "DRIFTLESS_IMPORT_SESSION_BYTES": "import_session_bytes",
     "DRIFTLESS_CLIENT_STALL_S": "client_stall_s",
     "DRIFTLESS_WEB_IDLE_IN_TRANSACTION_MS": "web_idle_in_transaction_ms",
+    "DRIFTLESS_OWN_MODEL_CALLS_PER_ORG": "own_model_calls_per_org",
     "LOG_FORMAT": "log_format",
 }
 FIELD_TO_VARIABLE = {field: var for var, field in ENVIRONMENT.items()}
@@ -214,6 +215,9 @@ class Settings(BaseModel):
     # PostgreSQL ends a web transaction left idle this long (0: never): the backstop
     # should any request hold one while it waits on something else.
     web_idle_in_transaction_ms: int = Field(default=60_000, ge=0)
+    # Calls in flight per org to its own model across the fleet: a quarter of a worker's
+    # 128 slots, as webhooks, so one org's slow model leaves the rest to others.
+    own_model_calls_per_org: int = Field(default=32, ge=1, le=10_000)
     log_format: Literal["json", "text"] = "json"
 
     @model_validator(mode="after")

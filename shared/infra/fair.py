@@ -23,6 +23,7 @@ lost with Redis are found by the reconciler from PostgreSQL, as any lost job is.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -42,25 +43,90 @@ if n == 1 then redis.call('RPUSH', KEYS[1], ARGV[1]) end
 return n
 """
 
-# KEYS: ring. ARGV: prefix of the orgs' lists. The org at the head gives its oldest job
-# and goes to the tail if it has more. A ring entry whose list is gone (keys evicted)
-# is dropped; a bounded number of them per call.
+# KEYS: ring, the lane's fleet hold, parked tickets. ARGV: prefix of the orgs' lists,
+# prefix of their holds, prefix of their fleet marks. The org at the head gives its
+# oldest job and goes to the tail if it has more. An org that yields its turn (held, or
+# marked as the fleet's model's while the fleet's quota is held) goes to the tail with
+# its jobs. A ring entry whose list is gone (keys evicted) is dropped. At most SKIPS
+# orgs are looked at. Returns {job or false, ms until one may be admissible (-1: none
+# waits; 0: orgs not looked at remain), a parked ticket to send (0 or 1)}.
 _POP = """
-for _ = 1, 16 do
+local skipped, soonest = 0, false
+local fleet_held = redis.call('PTTL', KEYS[2])
+for _ = 1, tonumber(ARGV[4]) do
   local org = redis.call('LPOP', KEYS[1])
-  if not org then return false end
+  if not org then break end
   local list = ARGV[1] .. org
-  local job = redis.call('LPOP', list)
-  if job then
-    if redis.call('LLEN', list) > 0 then redis.call('RPUSH', KEYS[1], org) end
-    return job
+  if redis.call('EXISTS', list) == 1 then
+    local held = redis.call('PTTL', ARGV[2] .. org)
+    if held <= 0 and fleet_held > 0 and redis.call('EXISTS', ARGV[3] .. org) == 1 then
+      held = fleet_held
+    end
+    if held > 0 then
+      redis.call('RPUSH', KEYS[1], org)
+      skipped = skipped + 1
+      if not soonest or held < soonest then soonest = held end
+    else
+      local job = redis.call('LPOP', list)
+      if redis.call('LLEN', list) > 0 then redis.call('RPUSH', KEYS[1], org) end
+      local release = 0
+      if tonumber(redis.call('GET', KEYS[3]) or '0') > 0 then
+        redis.call('DECR', KEYS[3])
+        release = 1
+      end
+      return {job, 0, release}
+    end
   end
 end
-return false
+if redis.call('LLEN', KEYS[1]) > skipped then
+  return {false, math.min(soonest or 0, tonumber(ARGV[5])), 0}
+end
+if not soonest then
+  -- No job waits: any ticket still parked is a spare one (a reconciler's top-up).
+  redis.call('DEL', KEYS[3])
+  return {false, -1, 0}
+end
+return {false, soonest, 0}
+"""
+# Orgs a pop looks at, at most: the skipping of orgs that yield is bounded per pop.
+SKIPS = 16
+
+# KEYS: ring, the org's list, its hold (or the lane's fleet hold), its fleet mark.
+# ARGV: org, job, hold ms, fleet mark ms, 1 if the fleet's quota refused it. The job
+# goes back to the head of its org's list, the org back to the ring's head if it had
+# left it (its turn kept), and the org (or the lane's fleet-model orgs) holds for the
+# given time.
+_YIELD = """
+if redis.call('LPUSH', KEYS[2], ARGV[2]) == 1 then redis.call('LPUSH', KEYS[1], ARGV[1]) end
+redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+if ARGV[5] == '1' then redis.call('SET', KEYS[4], '1', 'PX', ARGV[4]) end
+return 1
 """
 
-# KEYS: ring. ARGV: prefix, how many orgs to look at. Returns orgs waiting, jobs in the
-# lists looked at, and the oldest of their head jobs' push times (or false).
+# KEYS: the lane's waker mark, parked tickets. ARGV: ms until an org may be admissible.
+# The first ticket to find nothing admissible is the waker (sent back with that
+# countdown); the others are parked, counted, and sent again one by one as jobs are
+# served. Returns 1 for the waker.
+_PARK = """
+if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then return 1 end
+redis.call('INCR', KEYS[2])
+return 0
+"""
+_UNPARK = """
+if tonumber(redis.call('GET', KEYS[1]) or '0') <= 0 then return 0 end
+redis.call('DECR', KEYS[1])
+return 1
+"""
+# A pop that looked at SKIPS orgs, all holding, while others remain: the waker comes back
+# at most this soon to look at the next ones.
+NEXT_LOOK_MS = 100
+# How long an org marked as one of the fleet's model's stays marked: it yields its turn
+# while the fleet's quota is held, as long as it has been refused by it lately.
+FLEET_MARK_MS = 10 * 60 * 1000
+
+# KEYS: ring, parked tickets. ARGV: prefix, how many orgs to look at. Returns orgs
+# waiting, jobs in the lists looked at, the oldest of their head jobs' push times (or
+# false), and the tickets parked.
 _WAITING = """
 local orgs = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
 local jobs, oldest = 0, false
@@ -73,7 +139,8 @@ for _, org in ipairs(orgs) do
     if pushed and (not oldest or pushed < oldest) then oldest = pushed end
   end
 end
-return {redis.call('LLEN', KEYS[1]), jobs, oldest and tostring(oldest) or false}
+return {redis.call('LLEN', KEYS[1]), jobs, oldest and tostring(oldest) or false,
+        tonumber(redis.call('GET', KEYS[2]) or '0')}
 """
 # A scrape looks at this many orgs at most: the gauges stay one bounded round trip.
 WAITING_SCAN = 1000
@@ -106,6 +173,7 @@ class Waiting:
     orgs: int
     jobs: int
     oldest_s: float
+    parked: int = 0
 
 
 def _ring(lane: Lane) -> str:
@@ -116,6 +184,20 @@ def _jobs_prefix(lane: Lane) -> str:
     return f"driftless:{{fair:{lane}}}:jobs:"
 
 
+def _key(lane: Lane, name: str) -> str:
+    return f"driftless:{{fair:{lane}}}:{name}"
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What a ticket found: a job, or how long until one may be admissible (None: the
+    lane is empty), and whether it frees a parked ticket (send one more)."""
+
+    job: FairJob | None
+    retry_in_s: float | None = None
+    release: bool = False
+
+
 class FairQueue:
     """The per-org lists of model jobs of each lane, in one Redis."""
 
@@ -123,6 +205,9 @@ class FairQueue:
         self._client = client
         self._push = client.register_script(_PUSH)
         self._pop = client.register_script(_POP)
+        self._yield = client.register_script(_YIELD)
+        self._park = client.register_script(_PARK)
+        self._unpark = client.register_script(_UNPARK)
         self._waiting = client.register_script(_WAITING)
 
     def push(self, lane: Lane, job: FairJob) -> None:
@@ -130,15 +215,57 @@ class FairQueue:
         self._push(keys=[_ring(lane), _jobs_prefix(lane) + job.org], args=[job.org, job.encode()])
 
     def pop(self, lane: Lane) -> FairJob | None:
-        """The next org's oldest job, None when the lane is empty (one round trip)."""
-        raw = self._pop(keys=[_ring(lane)], args=[_jobs_prefix(lane)])
-        return None if raw is None else FairJob.decode(raw)
+        """The next admissible org's oldest job, None when none is (one round trip)."""
+        return self.take(lane).job
+
+    def take(self, lane: Lane) -> Turn:
+        """The next admissible org's oldest job, or how long until one may be (one round trip)."""
+        raw, wait_ms, release = self._pop(
+            keys=[_ring(lane), _key(lane, "fleet-held"), _key(lane, "parked")],
+            args=[
+                _jobs_prefix(lane),
+                _key(lane, "held:"),
+                _key(lane, "fleet:"),
+                SKIPS,
+                NEXT_LOOK_MS,
+            ],
+        )
+        if raw:
+            return Turn(FairJob.decode(raw), release=bool(release))
+        return Turn(None, retry_in_s=None if int(wait_ms) < 0 else int(wait_ms) / 1000)
+
+    def yield_turn(self, lane: Lane, job: FairJob, *, hold_s: float, fleet: bool) -> None:
+        """Put a job its quota refused back at the head of its org's list, and hold the org
+        (`fleet`: every org refused by the fleet's quota lately) for `hold_s`."""
+        held = _key(lane, "fleet-held") if fleet else _key(lane, "held:") + job.org
+        mark = _key(lane, "fleet:") + job.org  # a key of the lane's slot either way
+        self._yield(
+            keys=[_ring(lane), _jobs_prefix(lane) + job.org, held, mark],
+            args=[
+                job.org, job.encode(), max(1, math.ceil(hold_s * 1000)), FLEET_MARK_MS,
+                1 if fleet else 0,
+            ],
+        )  # fmt: skip
+
+    def park(self, lane: Lane, *, wait_s: float) -> bool:
+        """A ticket that found nothing admissible: True if it is to wake the lane in
+        `wait_s` (send it back with that countdown), False if it was parked."""
+        woken = self._park(
+            keys=[_key(lane, "waker"), _key(lane, "parked")],
+            args=[max(1, math.ceil(wait_s * 1000))],
+        )
+        return bool(woken)
+
+    def unpark(self, lane: Lane) -> bool:
+        """True if a parked ticket was taken back (the caller sends it): a job ended and
+        may have freed its org's slot."""
+        return bool(self._unpark(keys=[_key(lane, "parked")]))
 
     def waiting(self, lane: Lane, *, now: float | None = None) -> Waiting:
-        orgs, jobs, oldest = self._waiting(
-            keys=[_ring(lane)], args=[_jobs_prefix(lane), WAITING_SCAN]
+        orgs, jobs, oldest, parked = self._waiting(
+            keys=[_ring(lane), _key(lane, "parked")], args=[_jobs_prefix(lane), WAITING_SCAN]
         )
         if oldest is None:
-            return Waiting(int(orgs), int(jobs), 0.0)
+            return Waiting(int(orgs), int(jobs), 0.0, int(parked))
         waited = (time.time() if now is None else now) - float(oldest)
-        return Waiting(int(orgs), int(jobs), max(0.0, waited))
+        return Waiting(int(orgs), int(jobs), max(0.0, waited), int(parked))

@@ -153,6 +153,7 @@ LIMIT_KINDS = (
     "llm_rpm",
     "monthly_tokens",
     "embeddings",
+    "own_model_calls",
 )
 LIMIT_HITS = at_zero(
     Counter(

@@ -23,6 +23,7 @@ def make_llm(
     redis_client: redis.Redis | None = None,
     calls: int = 1,
     on_call: CallListener | None = None,
+    max_wait_s: float = DEFAULT_MAX_WAIT_S,
 ) -> LLM:
     """The OpenAI-compatible provider when settings ask for it, else the offline one.
 
@@ -32,8 +33,8 @@ def make_llm(
     limiter's retries is a call of its own.
 
     With `DRIFTLESS_LLM_RPM`/`_TPM` set and a Redis client given, the provider's calls
-    go through the fleet-wide rate limit. The `local` provider costs nothing and is
-    never limited.
+    go through the fleet-wide rate limit, waiting at most `max_wait_s` for room. The
+    `local` provider costs nothing and is never limited.
     """
     if settings.llm_provider != "openai":
         return LocalProvider(on_call=on_call)
@@ -53,7 +54,7 @@ def make_llm(
         return provider
     name = bucket_name(provider="openai", base_url=settings.openai_base_url, model=provider.model)
     bucket = TokenBucket(redis_client, name=name, limits=limits)
-    return RateLimitedLLM(provider, bucket, retries=settings.llm_max_retries)
+    return RateLimitedLLM(provider, bucket, max_wait_s=max_wait_s, retries=settings.llm_max_retries)
 
 
 def configured_model(settings: Settings) -> str:

@@ -14,6 +14,7 @@ import math
 import ssl
 import time
 import uuid
+from contextlib import AbstractContextManager, nullcontext
 from types import TracebackType
 
 import httpcore2
@@ -22,6 +23,7 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from shared.infra.redaction import credentials_of, redact
+from shared.infra.deadline import HTTPCORE2, DeadlineBackend, attempt_deadline
 from shared.llm.accounting import account
 from shared.llm.base import (
     CallListener,
@@ -126,12 +128,18 @@ class OpenAIProvider:
         told of every call made, answered or failed (the usage ledger). `network_backend`
         opens the connections instead of httpcore's own (an org's server: pinned
         addresses, shared/providers/pinning.py); with it, no proxy from the environment
-        and no redirects. `own_model`: an org's own (its calls' metrics say "own")."""
+        and no redirects, and one deadline of `timeout_s` for the whole call: connect,
+        send and the whole answer, every attempt (shared/infra/deadline.py), so a server
+        that drips its answer cannot hold a worker's slot past it. `own_model`: an org's
+        own (its calls' metrics say "own")."""
         self.model = model
         self.own_model = own_model
         self.on_call = on_call
         self.timeout_s = timeout_s
         self.max_retries = max_retries
+        self._deadline = network_backend is not None
+        if network_backend is not None:
+            network_backend = DeadlineBackend(network_backend, timeouts=HTTPCORE2)
         # Loading the CA bundle takes a tenth of a second or more: once, not per client.
         tls = httpx2.create_ssl_context()
         clients = max(1, math.ceil(max_connections / CALLS_PER_CLIENT))
@@ -181,20 +189,25 @@ class OpenAIProvider:
         started = time.perf_counter()
         try:
             client = next(self._turns)
+            # One deadline for the call where the connections keep to it (an org's server).
+            deadline: AbstractContextManager[None] = (
+                attempt_deadline(self.timeout_s) if self._deadline else nullcontext()
+            )
             # The client's generic POST, not `chat.completions.create`: the same request,
             # retries and errors, without the typed transform `create` runs over its ~40
             # parameters (0.45 of 1.5 ms of CPU per call, in process; 8 % of a gevent
             # worker's, py-spy). The body is plain JSON: nothing to rename or encode.
-            response = client.post(
-                COMPLETIONS_PATH,
-                cast_to=ChatCompletion,
-                body={
-                    "model": self.model,
-                    "messages": messages,
-                    "response_format": {"type": "json_object"},
-                    "temperature": 0,
-                },
-            )
+            with deadline:
+                response = client.post(
+                    COMPLETIONS_PATH,
+                    cast_to=ChatCompletion,
+                    body={
+                        "model": self.model,
+                        "messages": messages,
+                        "response_format": {"type": "json_object"},
+                        "temperature": 0,
+                    },
+                )
         # The client wraps transport failures in APIConnectionError/APITimeoutError.
         except openai.OpenAIError as exc:
             reason = failure_reason(exc, timeout_s=self.timeout_s, max_retries=self.max_retries)

@@ -5,7 +5,7 @@ the provider's quota. Here every call first takes from two buckets in Redis — 
 and tokens per minute — in one Lua script, so the fleet as a whole stays within
 `DRIFTLESS_LLM_RPM` / `DRIFTLESS_LLM_TPM` (0: that dimension is not limited).
 
-- Time comes from Redis `TIME`: one clock for the whole fleet, no skew between hosts.
+- The buckets are shared/infra/bucket.py's: Redis `TIME`, one script, keys that expire.
 - A bucket holds `burst_s` seconds of its rate (6 s by default) and refills
   continuously, at a rate chosen so that a full bucket plus one minute of refill is
   exactly the quota (`Limits`). What is granted over any window of T seconds never
@@ -17,8 +17,7 @@ and tokens per minute — in one Lua script, so the fleet as a whole stays withi
   or debited, so a bucket may go below zero and later callers wait the debt off.
 - A caller that would wait longer than `max_wait_s` gets `RateLimited` at once instead
   of holding a worker: the task retries later (see `RateLimited`).
-- Both keys of a bucket share a hash tag (Redis Cluster), and expire once they would
-  have refilled to full anyway, which is what a missing key means.
+- Both keys of a bucket share a hash tag (Redis Cluster).
 """
 
 from __future__ import annotations
@@ -32,84 +31,12 @@ from urllib.parse import urlsplit
 
 import redis
 
+from shared.infra.bucket import Buckets, Rate
 from shared.llm.base import LLM, Completion, DriftRequest, LLMError, SummaryRequest
 from shared.llm.prompts import drift_messages, summary_messages
 from shared.llm.tokens import approx_tokens
 
 log = logging.getLogger(__name__)
-
-# Time since a bucket was last written, in µs. Redis TIME's seconds and microseconds are
-# stored as they came: one number of µs since the epoch would not survive Lua's
-# 14-digit tostring.
-_ELAPSED = """
-local function elapsed_us(t, state)
-  local us = (tonumber(t[1]) - tonumber(state[2])) * 1000000 + tonumber(t[2]) - tonumber(state[3])
-  return math.max(0, us)
-end
-"""
-
-# KEYS: requests bucket, tokens bucket. Each is a hash {level, s, us} (when last written).
-# ARGV: per dimension (requests, tokens): rate per minute, capacity, cost; then `apply`
-# (1: take the cost if both buckets hold it; 0: only report). A rate of 0 means no limit.
-# Returns {granted, wait_ms, requests level, tokens level}; levels as strings (Lua
-# numbers would be truncated to integers on the way out).
-_ACQUIRE = (
-    _ELAPSED
-    + """
-local t = redis.call('TIME')
-local levels, rates, capacities, costs = {}, {}, {}, {}
-local wait = 0
-for i = 1, 2 do
-  rates[i] = tonumber(ARGV[3 * i - 2]) / 60000000
-  capacities[i] = tonumber(ARGV[3 * i - 1])
-  costs[i] = tonumber(ARGV[3 * i])
-  levels[i] = capacities[i]
-  if rates[i] > 0 then
-    local state = redis.call('HMGET', KEYS[i], 'level', 's', 'us')
-    if state[1] and state[2] and state[3] then
-      levels[i] = math.min(capacities[i], tonumber(state[1]) + elapsed_us(t, state) * rates[i])
-    end
-    -- A call larger than the whole bucket still goes, once the bucket is full.
-    local needed = math.min(costs[i], capacities[i])
-    if levels[i] < needed then
-      wait = math.max(wait, (needed - levels[i]) / rates[i] / 1000)
-    end
-  end
-end
-local granted = wait == 0 and ARGV[7] == '1'
-if granted then
-  for i = 1, 2 do
-    if rates[i] > 0 then
-      levels[i] = levels[i] - costs[i]
-      local refill_ms = (capacities[i] - levels[i]) / rates[i] / 1000
-      redis.call('HSET', KEYS[i], 'level', tostring(levels[i]), 's', t[1], 'us', t[2])
-      redis.call('PEXPIRE', KEYS[i], math.ceil(refill_ms) + 1000)
-    end
-  end
-end
-return {granted and 1 or 0, math.ceil(wait), tostring(levels[1]), tostring(levels[2])}
-"""
-)
-
-# KEYS: tokens bucket. ARGV: rate per minute, capacity, delta (> 0 debit, < 0 refund).
-# Refills first, so the refund or debt counts from now; never above capacity.
-_ADJUST = (
-    _ELAPSED
-    + """
-local rate = tonumber(ARGV[1]) / 60000000
-local capacity = tonumber(ARGV[2])
-local t = redis.call('TIME')
-local state = redis.call('HMGET', KEYS[1], 'level', 's', 'us')
-local level = capacity
-if state[1] and state[2] and state[3] then
-  level = math.min(capacity, tonumber(state[1]) + elapsed_us(t, state) * rate)
-end
-level = math.min(capacity, level - tonumber(ARGV[3]))
-redis.call('HSET', KEYS[1], 'level', tostring(level), 's', t[1], 'us', t[2])
-redis.call('PEXPIRE', KEYS[1], math.ceil((capacity - level) / rate / 1000) + 1000)
-return tostring(level)
-"""
-)
 
 DEFAULT_BURST_S = 6.0
 DEFAULT_MAX_WAIT_S = 30.0
@@ -132,7 +59,7 @@ def _pause(seconds: float) -> None:
 
 
 class RateLimited(Exception):
-    """The provider-wide quota has no room within the caller's maximum wait.
+    """A quota (the provider-wide one, or an org's) has no room within the caller's wait.
 
     Deliberately not an `LLMError`: the summary and evaluation services turn an
     `LLMError` into their fallback (a stored fallback summary, "no drift"), which
@@ -141,9 +68,11 @@ class RateLimited(Exception):
     service before its write step and the task retries (or the reconciler re-enqueues).
     """
 
-    def __init__(self, message: str, *, retry_after_s: float) -> None:
+    def __init__(self, message: str, *, retry_after_s: float, fleet: bool = True) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+        # The fleet's quota (every org on the fleet's model waits) or the org's own.
+        self.fleet = fleet
 
 
 @dataclass(frozen=True)
@@ -209,27 +138,24 @@ def bucket_name(*, provider: str, base_url: str | None, model: str) -> str:
 
 
 class TokenBucket:
-    """The two Redis buckets of one provider and model."""
+    """The two Redis buckets of one provider and model (shared/infra/bucket.py)."""
 
     def __init__(self, client: redis.Redis, *, name: str, limits: Limits) -> None:
         self.limits = limits
         tag = "{" + name + "}"
         self.keys = [f"driftless:llm-rate:{tag}:requests", f"driftless:llm-rate:{tag}:tokens"]
-        self._acquire = client.register_script(_ACQUIRE)
-        self._adjust = client.register_script(_ADJUST)
+        self._buckets = Buckets(client)
+        # A minute's quota as a rate a second; a dimension of 0 is not limited.
+        self._rates = (
+            Rate(per_s=limits.request_rate / 60, capacity=limits.request_capacity),
+            Rate(per_s=limits.token_rate / 60, capacity=limits.token_capacity),
+        )
 
     def try_acquire(self, tokens: int, *, apply: bool = True) -> Acquired:
         """Take 1 request and `tokens` if both buckets hold them, else say how long to wait."""
-        limits = self.limits
-        granted, wait_ms, requests, tokens_left = self._acquire(
-            keys=self.keys,
-            args=[
-                limits.request_rate, limits.request_capacity, 1,
-                limits.token_rate, limits.token_capacity, tokens,
-                1 if apply else 0,
-            ],
-        )  # fmt: skip
-        return Acquired(bool(granted), int(wait_ms), float(requests), float(tokens_left))
+        taken = self._buckets.take(self.keys, self._rates, (1, tokens), apply=apply)
+        requests, tokens_left = taken.levels
+        return Acquired(taken.granted, taken.wait_ms, requests, tokens_left)
 
     def levels(self) -> Acquired:
         """What the buckets hold now (refilled to this instant), without taking anything."""
@@ -239,9 +165,7 @@ class TokenBucket:
         """Debit (delta > 0) or refund (delta < 0) tokens after the provider reported usage."""
         if self.limits.tpm <= 0 or delta == 0:
             return
-        self._adjust(
-            keys=[self.keys[1]], args=[self.limits.token_rate, self.limits.token_capacity, delta]
-        )
+        self._buckets.adjust(self.keys[1], self._rates[1], delta)
 
 
 def estimate_tokens(messages: list[dict[str, str]], *, completion_tokens: int) -> int:
@@ -250,17 +174,29 @@ def estimate_tokens(messages: list[dict[str, str]], *, completion_tokens: int) -
     return prompt + completion_tokens
 
 
+def summary_estimate(request: SummaryRequest) -> int:
+    """A summary call's tokens, before it is made."""
+    return estimate_tokens(summary_messages(request), completion_tokens=SUMMARY_COMPLETION_TOKENS)
+
+
+def drift_estimate(request: DriftRequest) -> int:
+    """A drift call's tokens, before it is made."""
+    return estimate_tokens(drift_messages(request), completion_tokens=DRIFT_COMPLETION_TOKENS)
+
+
 def wait_for_room(
     bucket: TokenBucket,
     tokens: int,
     *,
     max_wait_s: float,
     what: str,
+    fleet: bool = True,
     sleep: Callable[[float], None] = _pause,
     clock: Callable[[], float] = time.monotonic,
 ) -> float:
     """Wait until `bucket` grants a call of `tokens`; the seconds slept (0: granted at once).
-    Past `max_wait_s`, `RateLimited` (its message begins with `what`): the task retries."""
+    Past `max_wait_s`, `RateLimited` (its message begins with `what`; `fleet`: whose
+    quota): the task retries, or its org yields its turn (worker/fair.py)."""
     deadline = clock() + max_wait_s
     slept = 0.0
     while True:
@@ -280,6 +216,7 @@ def wait_for_room(
             raise RateLimited(
                 f"{what}: next slot in {wait_s:.1f}s, past the {max_wait_s:g}s wait limit",
                 retry_after_s=wait_s,
+                fleet=fleet,
             )
         pause = wait_s + random.uniform(0, WAIT_JITTER_S)
         sleep(pause)
@@ -311,16 +248,10 @@ class RateLimitedLLM:
         self._clock = clock
 
     def summarize(self, request: SummaryRequest) -> Completion:
-        estimate = estimate_tokens(
-            summary_messages(request), completion_tokens=SUMMARY_COMPLETION_TOKENS
-        )
-        return self._call(lambda: self.inner.summarize(request), estimate)
+        return self._call(lambda: self.inner.summarize(request), summary_estimate(request))
 
     def detect_drift(self, request: DriftRequest) -> Completion:
-        estimate = estimate_tokens(
-            drift_messages(request), completion_tokens=DRIFT_COMPLETION_TOKENS
-        )
-        return self._call(lambda: self.inner.detect_drift(request), estimate)
+        return self._call(lambda: self.inner.detect_drift(request), drift_estimate(request))
 
     def acquire(self, tokens: int) -> None:
         """Wait until the buckets grant the call, or raise `RateLimited` past max_wait_s."""

@@ -6,10 +6,9 @@ fleet's defaults (DRIFTLESS_ORG_REQUESTS_PER_S, DRIFTLESS_ORG_REQUEST_BURST) are
 generous: a batch import at full speed stays within them; an operator gives one org
 its own (`driftless orgs set`, carried with the key in shared/auth/cache.py).
 
-- One Lua script, one round trip: refill by the time elapsed, then take or refuse.
-- Time comes from Redis `TIME`: one clock for every process and host.
-- The key `driftless:requests:{<org>}` expires once the bucket would be full again, which
-  is what a missing key means: an idle org costs nothing.
+- The bucket is shared/infra/bucket.py's: one script, one round trip, Redis `TIME`, and
+  a key `driftless:requests:{<org>}` that expires once the bucket would be full again
+  (an idle org costs nothing). A rate however small keeps the bucket closed.
 """
 
 from __future__ import annotations
@@ -23,32 +22,10 @@ import redis
 
 from shared.auth.service import Caller
 from shared.domain.errors import TooBusy
+from shared.infra.bucket import Buckets, Rate
 from shared.infra.metrics import LIMIT_HITS
 
 log = logging.getLogger(__name__)
-
-# KEYS: the org's bucket, a hash {level, s, us} (s and us: Redis TIME when last written,
-# kept apart because Lua's tostring keeps only 14 digits). ARGV: tokens a second, capacity.
-# Returns 0 if a token was taken, else the milliseconds until one is there.
-_TAKE = """
-local rate = tonumber(ARGV[1])
-local capacity = tonumber(ARGV[2])
-local t = redis.call('TIME')
-local level = capacity
-local state = redis.call('HMGET', KEYS[1], 'level', 's', 'us')
-if state[1] and state[2] and state[3] then
-  local elapsed = (tonumber(t[1]) - tonumber(state[2]))
-    + (tonumber(t[2]) - tonumber(state[3])) / 1000000
-  level = math.min(capacity, tonumber(state[1]) + math.max(0, elapsed) * rate)
-end
-if level < 1 then
-  return math.ceil((1 - level) / rate * 1000)
-end
-level = level - 1
-redis.call('HSET', KEYS[1], 'level', tostring(level), 's', t[1], 'us', t[2])
-redis.call('PEXPIRE', KEYS[1], math.ceil((capacity - level) / rate * 1000) + 1000)
-return 0
-"""
 
 
 def bucket_key(org_id: uuid.UUID) -> str:
@@ -86,7 +63,7 @@ class RequestLimiter:
 
     def __init__(self, client: redis.Redis, *, default: RequestLimit) -> None:
         self.default = default
-        self._take = client.register_script(_TAKE)
+        self._buckets = Buckets(client)
         self._redis_down = False  # logged once per outage, not per request
 
     def admit(self, caller: Caller) -> None:
@@ -95,8 +72,8 @@ class RequestLimiter:
         if limit.per_s <= 0:
             return
         try:
-            wait_ms = int(
-                self._take(keys=[bucket_key(caller.org_id)], args=[limit.per_s, limit.burst])
+            taken = self._buckets.take(
+                [bucket_key(caller.org_id)], [Rate(limit.per_s, limit.burst)], [1]
             )
         except redis.RedisError as exc:
             # Fail open: the bucket protects shared capacity from one org, and refusing
@@ -109,10 +86,10 @@ class RequestLimiter:
         if self._redis_down:
             self._redis_down = False
             log.warning("request rate limit enforced again, Redis answers")
-        if wait_ms <= 0:
+        if taken.granted:
             return
         LIMIT_HITS.labels("requests").inc()
-        wait_s = retry_after_s(wait_ms)
+        wait_s = retry_after_s(taken.wait_ms)
         log.info("org %s is past its request rate limit, retry in %ds", caller.org_id, wait_s)
         raise RateLimited(
             f"this org's request rate limit ({limit.per_s:g} requests a second, bursts of"

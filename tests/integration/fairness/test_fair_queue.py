@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import redis
 
 from shared.infra.fair import FairJob, FairQueue
 from shared.infra.queue import (
@@ -144,3 +145,67 @@ def test_the_gauges_show_each_lane_with_no_org_label(fair: FairQueue) -> None:
     assert samples[("driftless_fair_orgs_waiting", "bulk")] == 1
     assert samples[("driftless_fair_oldest_wait_seconds", "live")] == 0
     assert samples[("driftless_fair_oldest_wait_seconds", "bulk")] > 60  # pushed at t=1
+
+
+def test_an_org_a_quota_turned_away_yields_its_turn_and_keeps_its_jobs_order_41(
+    fair: FairQueue,
+) -> None:
+    for n in range(2):
+        fair.push("live", job("a", n))
+    fair.push("live", job("b", 0))
+    first = fair.pop("live")
+    assert first == job("a", 0)
+    fair.yield_turn("live", first, hold_s=60, fleet=False)  # A's calls a minute: used up
+    # B is served; A's jobs wait, in order, in A's list, and nothing else is admissible.
+    assert drain(fair) == ["b-0"]
+    turn = fair.take("live")
+    assert turn.job is None and turn.retry_in_s is not None and 50 < turn.retry_in_s <= 60
+    assert fair.waiting("live").jobs == 2
+    # One ticket wakes the lane when A's hold ends; the others are parked, and one comes
+    # back each time a job is admitted or ends.
+    assert fair.park("live", wait_s=turn.retry_in_s) is True
+    assert fair.park("live", wait_s=turn.retry_in_s) is False
+    assert fair.unpark("live") is True
+    assert fair.unpark("live") is False
+
+
+def test_the_fleets_quota_holds_only_the_orgs_it_refused_41(fair: FairQueue) -> None:
+    fair.push("live", job("a", 0))
+    fair.push("live", job("own", 0))  # an org on its own model: not the fleet's quota
+    refused = fair.pop("live")
+    assert refused == job("a", 0)
+    fair.yield_turn("live", refused, hold_s=60, fleet=True)
+    assert drain(fair) == ["own-0"]  # A back at the ring's head, passed over while held
+    fair.push("live", job("b", 0))  # not yet refused by the fleet's quota: it may ask
+    assert drain(fair) == ["b-0"]
+
+
+def test_a_pop_looks_at_a_bounded_number_of_held_orgs_41(fair: FairQueue) -> None:
+    for n in range(40):
+        org = f"held{n}"
+        fair.push("live", job(org, 0))
+        fair.yield_turn("live", fair.pop("live") or job(org, 0), hold_s=60, fleet=False)
+    fair.push("live", job("free", 0))
+    turns = [fair.take("live") for _ in range(4)]
+    # 16 orgs a pop: the free org, 41st in the ring, is reached by the third.
+    assert [t.job.kwargs["topic_id"] if t.job else None for t in turns][:3] == [
+        None,
+        None,
+        "free-0",
+    ]
+    assert turns[0].retry_in_s is not None and turns[0].retry_in_s <= 0.1  # more to look at
+
+
+def test_a_lane_found_empty_forgets_its_parked_tickets_41(fair: FairQueue, redis_url: str) -> None:
+    fair.push("live", job("a", 0))
+    refused = fair.pop("live")
+    assert refused is not None
+    fair.yield_turn("live", refused, hold_s=60, fleet=False)
+    fair.park("live", wait_s=60)
+    fair.park("live", wait_s=60)  # parked: A's job has its waker and one spare ticket
+    assert fair.waiting("live").parked == 1
+    client = redis.Redis.from_url(redis_url)
+    client.delete(*client.keys("driftless:{fair:live}:jobs:*"))  # A's job lost
+    client.close()
+    assert fair.take("live").retry_in_s is None  # the lane is empty...
+    assert fair.waiting("live").parked == 0  # ...and its spare ticket is not counted

@@ -67,7 +67,9 @@ def budgeted(fake_openai: FakeOpenAI, new_uow: Any, redis_client: redis.Redis) -
         max_retries=0, on_call=UsageLedger(new_uow),
     )  # fmt: skip
     yield BudgetedLLM(
-        provider, budgets=Budgets(new_uow, defaults=NO_BUDGET), redis_client=redis_client
+        provider,
+        budgets=Budgets(new_uow, defaults=NO_BUDGET, redis_client=redis_client),
+        redis_client=redis_client,
     )
     provider.close()
 
@@ -147,6 +149,7 @@ def test_org_budget_exhausted_is_recorded_once_a_month(
     session_factory: sessionmaker[Session],
     new_uow: Any,
     budgeted: BudgetedLLM,
+    redis_client: redis.Redis,
 ) -> None:
     org_id = org_of(session_factory, auth)
     with UnitOfWork(session_factory, RecordingQueue()) as uow:  # a subscription to it
@@ -164,7 +167,9 @@ def test_org_budget_exhausted_is_recorded_once_a_month(
         with pytest.raises(BudgetExhausted):
             budgeted.detect_drift(drift)
     # Another process that has not seen it yet: the row's compare-and-set holds it to one.
-    Budgets(new_uow, defaults=NO_BUDGET).note_exhausted(org_id, budgeted.budgets.of(org_id))
+    Budgets(new_uow, defaults=NO_BUDGET, redis_client=redis_client).note_exhausted(
+        org_id, budgeted.budgets.of(org_id)
+    )
 
     month = month_of(dt.datetime.now(dt.UTC))
     [(type_, sent)] = events_of(session_factory, auth)
@@ -176,7 +181,7 @@ def test_org_budget_exhausted_is_recorded_once_a_month(
     # The next month (explicit arithmetic: the 1st plus 31 days is always the next month),
     # run out again, it is sent again.
     next_month = month_of(month_start_plus(month, days=31))
-    Budgets(new_uow, defaults=NO_BUDGET).note_exhausted(
+    Budgets(new_uow, defaults=NO_BUDGET, redis_client=redis_client).note_exhausted(
         org_id, Budget(llm_rpm=0, monthly_tokens=50, month=next_month, tokens_used=50)
     )
     assert [t for t, _ in events_of(session_factory, auth)] == ["org.budget_exhausted"] * 2
@@ -228,7 +233,8 @@ def limited(new_uow: Any, redis_client: redis.Redis, sleeps: list[float]) -> Bud
         time.sleep(seconds)
 
     return BudgetedLLM(
-        CountingLLM(), budgets=Budgets(new_uow, defaults=NO_BUDGET), redis_client=redis_client,
+        CountingLLM(), budgets=Budgets(new_uow, defaults=NO_BUDGET, redis_client=redis_client),
+        redis_client=redis_client,
         max_wait_s=2.0, sleep=sleep,
     )  # fmt: skip
 

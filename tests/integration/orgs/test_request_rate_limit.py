@@ -24,7 +24,7 @@ from shared.infra.bootstrap import Runtime
 from shared.infra.config import Settings
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import RecordingQueue
-from shared.orgs.ratelimit import RequestLimit, RequestLimiter
+from shared.orgs.ratelimit import RateLimited, RequestLimit, RequestLimiter
 from shared.orgs.service import DEFAULT, set_limits
 from tests.helpers import new_session
 from web.mcp.server import build_server
@@ -200,3 +200,16 @@ def test_an_mcp_tool_call_past_the_orgs_bucket_is_a_rate_limited_tool_error(
     assert refused.structured_content is not None
     assert refused.structured_content["error"]["code"] == "rate_limited"
     assert "retry in" in refused.structured_content["error"]["message"]
+
+
+def test_a_tiny_rate_keeps_the_bucket_closed_instead_of_failing_open_41(redis_url: str) -> None:
+    # 1e-20 a second: the bucket's refill time overflowed Redis's expiry, the script
+    # failed and the limiter, failing open on a Redis error, admitted every request.
+    client = redis.Redis.from_url(redis_url)
+    limiter = RequestLimiter(client, default=RequestLimit(per_s=1e-20, burst=1))
+    caller = Caller(org_id=uuid.uuid4())
+    limiter.admit(caller)
+    with pytest.raises(RateLimited) as refused:
+        limiter.admit(caller)
+    assert refused.value.retry_after_s > 86_400  # a month's cap, not a negative overflow
+    client.close()

@@ -135,9 +135,16 @@ def clear_fair_lists(client: redis.Redis) -> None:
 
 
 @contextmanager
-def campaign_system(settings: Settings, llm: FakeOpenAI, *, fair: bool = False) -> Iterator[System]:
+def campaign_system(
+    settings: Settings,
+    llm: FakeOpenAI,
+    *,
+    fair: bool = False,
+    overrides: dict[str, Any] | None = None,
+) -> Iterator[System]:
     """A fresh database, the web on it, and the fake LLM answering summaries. `fair`: the
-    web's model jobs wait their org's turn, as in production (shared/infra/fair.py)."""
+    web's model jobs wait their org's turn, as in production (shared/infra/fair.py);
+    `overrides`: settings of the test's own (a quota)."""
     import worker.tasks  # noqa: F401  (registers the shared tasks before the apps finalize)
     from web.app import create_app
     from worker.app import make_celery
@@ -155,6 +162,7 @@ def campaign_system(settings: Settings, llm: FakeOpenAI, *, fair: bool = False) 
             "llm_model": MODEL,
             "llm_max_retries": 0,
             "llm_timeout_s": 10.0,
+            **(overrides or {}),
         }
     )
     engine = make_engine(database_url, pool_size=5, max_overflow=5)
