@@ -22,8 +22,8 @@ import httpx2
 import openai
 from openai.types.chat import ChatCompletion
 
-from shared.infra.redaction import credentials_of, redact
 from shared.infra.deadline import HTTPCORE2, DeadlineBackend, attempt_deadline
+from shared.infra.redaction import credentials_of, redact
 from shared.llm.accounting import account
 from shared.llm.base import (
     CallListener,
