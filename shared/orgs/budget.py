@@ -179,9 +179,11 @@ class Budgets:
         )
         return Budget(llm_rpm, monthly, month, tokens_used=found.used), found
 
-    def settle(self, org_id: uuid.UUID, budget: Budget, reserved: int, used: int) -> None:
+    def settle(
+        self, org_id: uuid.UUID, budget: Budget, reservation: Reservation, used: int
+    ) -> None:
         """Give a call's reservation back and count the tokens it used."""
-        self.spend.settle(org_id=org_id, month=budget.month, reserved=reserved, used=used)
+        self.spend.settle(org_id=org_id, month=budget.month, reservation=reservation, used=used)
 
     def _limits(self, org_id: uuid.UUID) -> tuple[int, int]:
         now = self._clock()

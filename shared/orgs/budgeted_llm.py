@@ -89,7 +89,6 @@ class BudgetedLLM:
         if org_id is None:
             return call()
         budget, found = self.budgets.reserve(org_id, estimate)
-        reserved = 0 if found is None else found.tokens
         if found is not None and found.admission is not Admission.RESERVED:
             self._refuse(org_id, budget, exhausted=found.admission is Admission.EXHAUSTED)
         used = 0
@@ -101,7 +100,7 @@ class BudgetedLLM:
         finally:
             # A failed call gives its reservation back: the ledger has what it reported.
             if found is not None:
-                self.budgets.settle(org_id, budget, reserved, used)
+                self.budgets.settle(org_id, budget, found, used)
         return completion
 
     def _refuse(self, org_id: uuid.UUID, budget: Budget, *, exhausted: bool) -> None:
