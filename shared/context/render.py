@@ -34,8 +34,12 @@ def _sections(*sections: tuple[str, str]) -> str:
     return "\n\n".join(f"# {heading}\n{body}" for heading, body in sections if body.strip())
 
 
-def _tool_line(tool: dict[str, Any]) -> str:
-    spec = tool.get("function", tool)
+def _tool_line(tool: Any) -> str:
+    spec = tool.get("function", tool) if isinstance(tool, dict) else tool
+    if not isinstance(spec, dict):
+        # A profile stored before [4.1] may hold a tool that is no function definition
+        # (PUT /agents and the import refuse them now): shown as it is, not a failed context.
+        return f"- {canonical_json(tool)}"
     name = spec.get("name", "?")
     description = " ".join(str(spec.get("description", "")).split())
     return f"- {name}: {description}" if description else f"- {name}"

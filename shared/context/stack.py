@@ -21,7 +21,7 @@ class DriftResult:
 class StableLayer:
     soul: str
     skills: list[Any]
-    tools: list[dict[str, Any]]  # built-in tools first, then the agent's own
+    tools: list[Any]  # built-in tools first, then the agent's own (function definitions)
     memory: MemoryBlock
     durable_facts: dict[str, Any]
     drift_result: DriftResult | None

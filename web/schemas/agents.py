@@ -26,4 +26,5 @@ class AgentOut(CamelModel):
     agent_id: str
     soul: str
     skills: list[Any]
-    tools: list[dict[str, Any]]
+    # As stored: a profile written before [4.1] may hold tools the route now refuses.
+    tools: list[Any]

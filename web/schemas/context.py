@@ -30,7 +30,7 @@ class MemoryBlockOut(CamelModel):
 class StableOut(CamelModel):
     soul: str
     skills: list[Any]
-    tools: list[dict[str, Any]]
+    tools: list[Any]  # as stored: a profile from before [4.1] may hold what PUT now refuses
     memory: MemoryBlockOut
     durable_facts: dict[str, Any]
     drift_result: DriftResultOut | None

@@ -5,6 +5,7 @@ session), and what the context cannot render is refused by the route too."""
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -138,3 +139,24 @@ def test_a_fact_from_the_far_end_of_time_is_refused_and_facts_stay_writable_41(
     gone = client.delete("/agents-api/facts/tz?agentId=planner&userId=ada", headers=auth)
     assert gone.status_code == 204
     assert client.get(FACTS, headers=auth).json["facts"] == {}
+
+
+def test_a_profile_stored_before_the_rule_still_reads_and_renders_41(
+    client: FlaskClient, auth: dict[str, str], session_factory: sessionmaker[Session]
+) -> None:
+    agent = f"legacy-{uuid.uuid4().hex[:8]}"
+    assert client.put(f"/agents-api/agents/{agent}", json={}, headers=auth).status_code == 200
+    with session_factory() as session:  # as a row written before the route refused these
+        session.execute(
+            text("UPDATE agents SET tools = CAST(:tools AS jsonb) WHERE agent_id = :agent"),
+            {"tools": json.dumps([{"function": "x"}, "search"]), "agent": agent},
+        )
+        session.commit()
+    read = client.get(f"/agents-api/agents/{agent}", headers=auth)
+    assert read.status_code == 200 and read.json["tools"] == [{"function": "x"}, "search"]
+    session_id = new_session(client, auth, agent=agent, user="ada")["id"]
+    posted = client.post(
+        f"/agents-api/sessions/{session_id}/messages?context=true",
+        json={"role": "user", "content": "hello"}, headers=auth,
+    )  # fmt: skip
+    assert posted.status_code == 201, posted.json
