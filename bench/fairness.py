@@ -37,6 +37,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cryptography.fernet import Fernet
 from sqlalchemy import func, select
 
 from bench.common import (
@@ -223,14 +224,17 @@ def main() -> None:
     with FakeOpenAI() as fake, FakeOpenAI() as own:
         fake.slow(args.latency, SUMMARY_ANSWER)
         own.slow(args.own_model_latency, SUMMARY_ANSWER)
+        # The worker opens A's key with the key it was sealed with ([4.1]: never stored as given).
+        sealing_key = Fernet.generate_key().decode()
         if args.own_model_latency:  # A's own model, on a server of its own
             with env.uow() as uow:
                 set_provider(
                     uow=uow, org_id=org_a, base_url=own.base_url, api_key="sk-own",
-                    model="own-model", box=SecretBox(None), allow_private=True,
+                    model="own-model", box=SecretBox(sealing_key), allow_private=True,
                 )  # fmt: skip
                 uow.commit()
         environment = env.process_environment(
+            DRIFTLESS_SECRET_KEYS=sealing_key,
             DRIFTLESS_LLM="openai", OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="x",
             DRIFTLESS_LLM_RPM=str(args.fleet_rpm), DRIFTLESS_WEBHOOK_ALLOW_PRIVATE="1",
             DRIFTLESS_LLM_TIMEOUT_S=str(max(30.0, 2 * args.own_model_latency)),
