@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import signal
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -282,16 +284,22 @@ def reevaluate(
                 user_id=user_id, since=since, rate=rate,
             )  # fmt: skip
             uow.commit()
-        # From the commit on, Ctrl-C means "stop following", whenever it comes: between
-        # this line and the progress bar too (else click answers it with "Aborted!", 1).
+        # From the commit on, Ctrl-C means "stop following", whenever it comes. It only
+        # sets a flag that the loop reads between polls: a KeyboardInterrupt raised in
+        # the middle of a pool checkout or a query could leave the pool's lock held, and
+        # the runtime's close would then wait for ever.
+        stop = threading.Event()
+        previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
         try:
             click.echo(
                 f"re-evaluation {campaign.id}: {campaign.total}"
                 f" topic{'' if campaign.total == 1 else 's'} at {campaign.rate:g} a second",
                 err=True,
             )
-            ended = _follow(rt, campaign.id, campaign.total)
-        except KeyboardInterrupt:
+            ended = _follow(rt, campaign.id, campaign.total, stop)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        if ended is None:
             click.echo(
                 f"\nstopped following: re-evaluation {campaign.id} keeps running"
                 " (beat enqueues the rest at its rate)",
@@ -304,8 +312,9 @@ def reevaluate(
     )
 
 
-def _follow(rt: Runtime, campaign_id: uuid.UUID, total: int) -> Any:
-    """The campaign once it is no longer running, its progress shown meanwhile."""
+def _follow(rt: Runtime, campaign_id: uuid.UUID, total: int, stop: threading.Event) -> Any:
+    """The campaign once it is no longer running, its progress shown meanwhile; None
+    once `stop` is set."""
     from shared.reevaluations.service import read_campaign
 
     shown = 0
@@ -319,7 +328,8 @@ def _follow(rt: Runtime, campaign_id: uuid.UUID, total: int) -> Any:
             shown = settled
             if campaign.state != "running":
                 return campaign
-            time.sleep(FOLLOW_S)
+            if stop.wait(FOLLOW_S):
+                return None
 
 
 @main.command()
