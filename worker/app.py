@@ -85,7 +85,11 @@ def make_celery(settings: Settings, *, endpoints: Endpoints | None = None) -> Ce
         # longest task (the hard time limit under prefork and gevent, the Procfile's pool;
         # under the threads pool, which enforces none, the LLM call's own bound:
         # longest_llm_call_s), or a slow call would run twice in parallel.
-        broker_transport_options={"visibility_timeout": LLM_TASK_TIME_LIMIT_S * 4},
+        # (Added to the sender's options: a Sentinel broker's master_name is there.)
+        broker_transport_options={
+            **(app.conf.broker_transport_options or {}),
+            "visibility_timeout": LLM_TASK_TIME_LIMIT_S * 4,
+        },
         task_time_limit=LLM_TASK_TIME_LIMIT_S,
         task_soft_time_limit=LLM_TASK_SOFT_TIME_LIMIT_S,
         # Results live in PostgreSQL (topics, evaluation rows); no result backend traffic.

@@ -58,6 +58,7 @@ from shared.infra.queue import (
     TASK_ROUTES,
     RecordingQueue,
 )
+from shared.infra.redis_url import redis_client
 from shared.reconcile.service import Reconciled
 from shared.reevaluations.pump import running_totals
 from worker.fair_metrics import FairQueueCollector
@@ -259,7 +260,7 @@ def queue_depth_collector(broker_url: str) -> QueueDepthCollector | None:
     """The collector of a Redis broker's queues; None for another broker (no depth)."""
     if not broker_url.startswith(REDIS_SCHEMES):
         return None
-    client = redis.Redis.from_url(
+    client = redis_client(
         broker_url, socket_timeout=DEPTH_TIMEOUT_S, socket_connect_timeout=DEPTH_TIMEOUT_S
     )
     return QueueDepthCollector(client, sorted(QUEUES))

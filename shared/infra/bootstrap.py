@@ -34,6 +34,7 @@ from shared.infra.db.engine import (
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.fair import FairQueue
 from shared.infra.queue import JobQueue, RecordingQueue
+from shared.infra.redis_url import redis_client
 from shared.infra.runtime import Endpoints, resolve_endpoints, sealing_keys_of
 from shared.infra.sealing import SecretBox
 from shared.llm.base import LLM
@@ -145,13 +146,12 @@ class Runtime:
     @cached_property
     def redis(self) -> redis.Redis:
         timeouts = REQUEST_REDIS_TIMEOUTS if self._request_timeouts else {}
-        pool = redis.BlockingConnectionPool.from_url(
+        return redis_client(
             self.endpoints.redis_url,
             max_connections=REDIS_CONNECTIONS,
-            timeout=REDIS_POOL_WAIT_S,
+            pool_wait_s=REDIS_POOL_WAIT_S,
             **timeouts,
         )
-        return redis.Redis.from_pool(pool)
 
     @cached_property
     def llm(self) -> LLM:

@@ -15,6 +15,10 @@ and the worker exits. A connection error is what every caller on that path alrea
 ignores or logs, so that is what a detached channel raises instead. The jobs are not
 lost either way: a restarted Redis holds none, and the reconciler re-enqueues the work
 PostgreSQL shows as missing.
+
+A redis+sentinel:// broker URL (shared/infra/redis_url.py) goes to the same transport
+over kombu's Sentinel channel, which asks the sentinels for the primary at each connect:
+after a failover, celery's reconnect finds the promoted replica.
 """
 
 from __future__ import annotations
@@ -29,11 +33,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.infra.queue import FAST_QUEUE, QUEUES, TASK_ROUTES
+from shared.infra.redis_url import SENTINEL_SCHEME, is_sentinel, kombu_sentinel
 from shared.infra.runtime import Endpoints
 
 # celery's broker_transport for redis:// and rediss:// broker URLs.
 TRANSPORT = "shared.infra.broker:Transport"
-REDIS_SCHEMES = ("redis://", "rediss://")
+# ...and for redis+sentinel:// ones.
+SENTINEL_TRANSPORT = "shared.infra.broker:SentinelTransport"
+REDIS_SCHEMES = ("redis://", "rediss://", SENTINEL_SCHEME)
 # A transport option a worker sets on its own connections (worker/context.py): its
 # consumer loop polls through `drain_events`, so the Transport caps those polls. Nowhere
 # else: there a poll's timeout may mean "collect replies this long" (`celery inspect`).
@@ -48,9 +55,7 @@ IDLE_POLL_S = 0.25
 def sender_settings(endpoints: Endpoints) -> dict[str, Any]:
     """Celery settings of any app that sends driftless jobs (the worker adds its own)."""
     return {
-        "broker_url": endpoints.broker_url,
-        # Redis brokers get a transport that survives a Redis restart mid-job (below).
-        "broker_transport": (TRANSPORT if endpoints.broker_url.startswith(REDIS_SCHEMES) else None),
+        **_broker(endpoints.broker_url),
         # Each queue gets its own exchange and key. Left implicit, both queues bind to the
         # default exchange with the same key; an AMQP broker (CELERY_BROKER_URL may be
         # RabbitMQ) would then copy a job routed by that key into both.
@@ -67,6 +72,25 @@ def sender_settings(endpoints: Endpoints) -> dict[str, Any]:
             "interval_start": 0.1,
             "interval_step": 0.2,
         },
+    }
+
+
+def _broker(url: str) -> dict[str, Any]:
+    # Redis brokers get a transport that survives a Redis restart mid-job (below).
+    if is_sentinel(url):
+        kombu_url, options = kombu_sentinel(url)
+        # celery prefers the CELERY_BROKER_URL variable to broker_url, and the variable
+        # holds our form, not kombu's; the read and write URLs come before either.
+        return {
+            "broker_url": kombu_url,
+            "broker_read_url": kombu_url,
+            "broker_write_url": kombu_url,
+            "broker_transport": SENTINEL_TRANSPORT,
+            "broker_transport_options": options,
+        }
+    return {
+        "broker_url": url,
+        "broker_transport": TRANSPORT if url.startswith(REDIS_SCHEMES) else None,
     }
 
 
@@ -155,3 +179,12 @@ class Transport(kombu_redis.Transport):
     def _every_slot_taken(self) -> bool:
         channels: list[Any] = self.channels or []
         return any(channel.active_queues and not channel.qos.can_consume() for channel in channels)
+
+
+class SentinelChannel(Channel, kombu_redis.SentinelChannel):
+    """Channel's behaviour (above) over the connection pool of the primary Sentinel names."""
+
+
+class SentinelTransport(Transport):
+    Channel = SentinelChannel
+    default_port = kombu_redis.SentinelTransport.default_port  # type: ignore[assignment]

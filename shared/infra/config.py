@@ -19,6 +19,7 @@ from pydantic import (
 
 from shared.domain.limits import ORG_LIMITS
 from shared.infra.crontab import parse_crontab
+from shared.infra.redis_url import check_redis_url, is_sentinel, parse_sentinel_url
 from shared.infra.sealing import parse_keys
 
 DEFAULT_LLM_MODEL = "gpt-4o-mini"
@@ -239,8 +240,16 @@ class Settings(BaseModel):
     @field_validator("redis_url")
     @classmethod
     def _redis_only(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        if value is not None:
+            check_redis_url(value)
+        return value
+
+    @field_validator("broker_url")
+    @classmethod
+    def _sentinel_broker(cls, value: str | None) -> str | None:
+        # Any Celery broker goes; our Sentinel form is ours to check.
+        if value is not None and is_sentinel(value):
+            parse_sentinel_url(value)
         return value
 
     @field_validator("org_requests_per_s", "org_request_burst", "org_llm_rpm", "org_monthly_tokens")

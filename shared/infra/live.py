@@ -28,6 +28,8 @@ from collections.abc import Callable
 import redis
 from redis.client import PubSub
 
+from shared.infra.redis_url import redis_client
+
 log = logging.getLogger(__name__)
 
 PREFIX = "driftless:live:"
@@ -179,7 +181,7 @@ class LiveHub:
     def _start(self) -> _Reader:
         # No read timeout (it waits for events by design); keepalive and health checks
         # notice a connection that died without a word.
-        client = redis.Redis.from_url(
+        client = redis_client(
             self._redis_url, socket_keepalive=True, health_check_interval=30, client_name=self.name
         )
         reader = _Reader(client)

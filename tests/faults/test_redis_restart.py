@@ -31,7 +31,7 @@ from tests.faults.db import (
 )
 from tests.faults.http import Api, is_unavailable
 from tests.faults.load import Call, Fault, Load
-from tests.faults.procs import PrivateRedis, Processes, free_port, system_env, wait_until
+from tests.faults.procs import Child, PrivateRedis, Processes, free_port, system_env, wait_until
 from tests.llm_server import FakeOpenAI, Reply
 
 POSTERS = 4
@@ -72,22 +72,40 @@ def poster(api: Api) -> Callable[[Load, int], None]:
     return run
 
 
-@pytest.mark.faults
-def test_redis_restart_under_load_loses_no_message_and_the_worker_resumes(
-    processes: Processes, private_redis: PrivateRedis, fresh_database: str, fake_llm: FakeOpenAI
-) -> None:
+def system_under_load(
+    processes: Processes, *, database_url: str, redis_url: str, fake_llm: FakeOpenAI
+) -> tuple[Api, tuple[Child, Child, Child]]:
+    """Web, beat and worker on `redis_url`, and an API client of a new org."""
     # Slow enough that jobs are always in the middle of an LLM call when Redis dies.
     fake_llm.answer_with(lambda body: Reply(SUMMARY, delay_s=LLM_DELAY_S))
     env = system_env(
-        database_url=fresh_database,
-        redis_url=private_redis.url,
+        database_url=database_url,
+        redis_url=redis_url,
         llm_url=fake_llm.base_url,
         DRIFTLESS_DEBOUNCE_MS="200",
     )
     port = free_port()
-    web, beat, worker = processes.system(env, port)
-    key = new_api_key(fresh_database)
-    api = Api(port, key)
+    children = processes.system(env, port)
+    return Api(port, new_api_key(database_url)), children
+
+
+def lost_messages(database_url: str, org: uuid.UUID, posts: list[Call]) -> tuple[list[str], int]:
+    """The posts answered 201 whose message is not stored with its content; and how many
+    messages the org has stored."""
+    stored = messages_of(database_url, org)
+    acknowledged = {c.answer.body["id"]: c.content for c in posts if c.answer.status == 201}
+    lost = [mid for mid, text in acknowledged.items() if stored.get(mid, (None, None))[1] != text]
+    return lost, len(stored)
+
+
+@pytest.mark.faults
+def test_redis_restart_under_load_loses_no_message_and_the_worker_resumes(
+    processes: Processes, private_redis: PrivateRedis, fresh_database: str, fake_llm: FakeOpenAI
+) -> None:
+    api, (web, beat, worker) = system_under_load(
+        processes, database_url=fresh_database, redis_url=private_redis.url, fake_llm=fake_llm
+    )
+    key = api.key
 
     fault = Fault()
     load = Load(poster(api), POSTERS)
@@ -125,11 +143,9 @@ def test_redis_restart_under_load_loses_no_message_and_the_worker_resumes(
     assert all(c.answer.status == 201 for c in load.of("close"))
     # ...and every one answered 201 is stored, with its content: none lost, none extra.
     org = org_of(fresh_database, key)
-    stored = messages_of(fresh_database, org)
-    acknowledged = {c.answer.body["id"]: c.content for c in messages}
-    lost = [mid for mid, text in acknowledged.items() if stored.get(mid, (None, None))[1] != text]
+    lost, stored = lost_messages(fresh_database, org, messages)
     assert not lost
-    assert len(stored) == len(acknowledged)
+    assert stored == len(messages)
 
     # Exit triggers: always 202 with a contract status; dropped while Redis was down.
     triggers = load.of("evaluate")
