@@ -108,12 +108,13 @@ class Scheduler(RedBeatScheduler):
                 self.lock.extend(int(self.lock_timeout))
             except LockError:
                 logger.warning("beat: Lost the lock; standing by")
-                self.active = False
+                self.lock, self.active = None, False
             else:
                 return self._became_active()
-        self.lock = self._new_lock()
-        if not self.lock.acquire(blocking=False):
-            return False
+        lock = self._new_lock()
+        if not lock.acquire(blocking=False):
+            return False  # a standby: self.lock stays None until it holds one
+        self.lock = lock
         logger.info("beat: Acquired lock")
         return self._became_active()
 

@@ -85,6 +85,7 @@ def test_the_standby_beat_takes_over_within_two_lock_periods_42(
     assert "beat: Acquired lock" not in standby.output()
     time.sleep(3 * RECONCILE_S)  # both keep running a while: still only the active one sends
     assert not sends.of(standby), standby.tail()
+    assert "beat: Lost the lock" not in standby.output()  # a quiet standby: it never held it
     before_kill = sends.of(active)
     at_most_once_per_period(before_kill)
 

@@ -87,6 +87,8 @@ def test_a_second_beat_stands_by_and_sends_nothing_42(
     time.sleep(1.2)  # the reconciler is due: whichever beat ticks now owes it
 
     assert standby.tick() == standby.max_interval
+    assert standby.tick() == standby.max_interval
+    assert standby.lock is None  # it never held one, so it never lost one
     assert sum(state.llen(queue) for queue in QUEUES) == 0  # the standby sent nothing
     active.tick()
     assert sum(state.llen(queue) for queue in QUEUES) > 0  # the active one did
