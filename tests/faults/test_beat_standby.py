@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import redis
 
-from shared.infra.queue import FAST_QUEUE, RECONCILE
+from shared.infra.queue import ADVANCE_REEVALUATIONS, FAST_QUEUE, RECONCILE
 from tests.faults.procs import Child, PrivateRedis, Processes, driftless_env, wait_until
 from worker.beat import LOCK_KEY, LOCK_TIMEOUT_S
 
@@ -24,30 +24,30 @@ RECONCILE_S = 2
 @dataclass
 class Send:
     pid: int
+    task: str
     seen_at: float  # monotonic, when the test first saw it on the queue
 
 
 class Sends:
-    """The reconcile jobs on the broker queue, in the order beat sent them."""
+    """The periodic jobs on the `fast` queue, in the order beat sent them."""
 
     def __init__(self, broker: redis.Redis) -> None:
         self.broker = broker
         self.seen: list[Send] = []
         self.read = 0  # messages of the queue already looked at
 
-    def poll(self) -> list[Send]:
+    def poll(self, task: str = RECONCILE) -> list[Send]:
         # kombu LPUSHes: the oldest message is the last of the list.
         bodies = self.broker.lrange(FAST_QUEUE, 0, -1)[::-1]
         now = time.monotonic()
         for body in bodies[self.read :]:
-            headers = json.loads(body)["headers"]
-            if headers["task"] == RECONCILE:  # origin: "gen<pid>@<host>"
-                self.seen.append(Send(int(headers["origin"].split("@")[0][3:]), now))
+            headers = json.loads(body)["headers"]  # origin: "gen<pid>@<host>"
+            self.seen.append(Send(int(headers["origin"].split("@")[0][3:]), headers["task"], now))
         self.read = len(bodies)
-        return self.seen
+        return [s for s in self.seen if s.task == task]
 
-    def of(self, beat: Child) -> list[Send]:
-        return [s for s in self.poll() if s.pid == beat.pid]
+    def of(self, beat: Child, task: str = RECONCILE) -> list[Send]:
+        return [s for s in self.poll(task) if s.pid == beat.pid]
 
 
 def at_most_once_per_period(sends: list[Send]) -> None:
@@ -97,6 +97,14 @@ def test_the_standby_beat_takes_over_within_two_lock_periods_42(
         what=lambda: f"the standby to send within two lock periods:\n{standby.tail()}",
     )
     taken_over_s = time.monotonic() - killed_at
+    # A campaign's pump (every second) goes on too, from the new holder alone.
+    wait_until(
+        lambda: sends.of(standby, ADVANCE_REEVALUATIONS),
+        timeout=2 * LOCK_TIMEOUT_S - taken_over_s,
+        what="the standby to send the campaign pump",
+    )
+    pump = sends.poll(ADVANCE_REEVALUATIONS)
+    assert {s.pid for s in pump} == {active.pid, standby.pid}
     wait_until(lambda: len(sends.of(standby)) >= 4, timeout=60, what="the standby's sends")
     assert standby.alive()
     assert "beat: Acquired lock" in standby.output()
