@@ -23,6 +23,7 @@ from shared.infra.queue import (
 )
 from shared.infra.runtime import Endpoints, resolve_endpoints
 from shared.reevaluations.pump import TICK_S as REEVALUATION_TICK_S
+from worker.beat import beat_settings
 from worker.context import worker_runtime
 from worker.logs import connect_task_context
 from worker.metrics import connect_task_signals
@@ -106,6 +107,8 @@ def make_celery(settings: Settings, *, endpoints: Endpoints | None = None) -> Ce
         # (tests/faults/test_redis_restart.py).
         worker_cancel_long_running_tasks_on_connection_loss=False,
         beat_schedule=beat_schedule(settings),
+        # Two beats may run; the holder of a Redis lock sends (worker/beat.py).
+        **beat_settings(endpoints),
         worker_hijack_root_logger=False,
     )
     app.driftless = worker_runtime(app, settings, endpoints)

@@ -177,10 +177,11 @@ class Processes:
         return child
 
     def beat(self, env: Mapping[str, str], *, wait: bool = True) -> Child:
-        # The schedule file goes to the test's directory, never the checkout.
+        # The schedule file (the beat's tick stamp, worker/beat.py) goes to the test's
+        # directory, never the checkout; one of its own for each beat.
         argv = [
             str(BIN / "celery"), "-A", "worker.main", "beat", "--loglevel", "INFO",
-            "--schedule", str(self.directory / "beat-schedule"),
+            "--schedule", str(self.directory / f"beat-schedule-{len(self.children)}"),
         ]  # fmt: skip
         child = self.spawn("beat", argv, env, ready=lambda c: "beat: Starting" in c.output())
         if wait:

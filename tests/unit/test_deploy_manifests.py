@@ -1,5 +1,5 @@
 """deploy/: the manifests against the Kubernetes and KEDA schemas, and the invariants the
-design relies on (one beat, one consumer per queue, autoscalers watching the right
+design relies on (two beats, one consumer per queue, autoscalers watching the right
 queue, probes, non-root), with the Procfile as the single list of processes."""
 
 from __future__ import annotations
@@ -289,12 +289,15 @@ def test_the_migration_job_runs_db_upgrade() -> None:
     assert job["spec"]["template"]["spec"]["restartPolicy"] in {"Never", "OnFailure"}
 
 
-def test_exactly_one_beat_that_nothing_scales() -> None:
+def test_two_beats_one_active_that_nothing_scales_42() -> None:
     beats = [d for d in _of_kind("Deployment") if _is_beat(_containers(d)[0]["command"])]
     assert len(beats) == 1
     (beat,) = beats
-    assert beat["spec"]["replicas"] == 1
-    assert beat["spec"]["strategy"]["type"] == "Recreate"
+    # Two replicas (worker/beat.py's lock keeps one active); a rollout replaces one at a
+    # time, so the other goes on sending.
+    assert beat["spec"]["replicas"] == 2
+    assert beat["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert beat["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 1
     assert beat["metadata"]["name"] not in _autoscaled()
 
 
@@ -456,7 +459,7 @@ def test_compose_runs_every_procfile_process_with_the_same_command() -> None:
         command = [_expand(word, {"PORT": "8000"}) for word in service["command"]]
         assert _runs_as(command, process, {"PORT": "8000"}), name
     beats = [s for s in ours.values() if _is_beat(s["command"])]
-    assert len(beats) == 1 and "deploy" not in beats[0]  # no replicas: exactly one
+    assert len(beats) == 1 and beats[0]["deploy"]["replicas"] == 2  # one active, one standby
 
 
 def test_compose_environment_is_valid_for_every_process() -> None:
