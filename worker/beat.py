@@ -37,6 +37,7 @@ from redbeat.schedulers import (
 )
 from redis.exceptions import LockError, RedisError
 
+from shared.infra.redis_url import is_sentinel, parse_sentinel_url
 from shared.infra.runtime import Endpoints
 
 logger = get_logger("celery.beat")
@@ -56,19 +57,30 @@ LOCK_KEY = KEY_PREFIX + ":lock"  # redbeat's own naming: `<prefix>:lock`
 
 def beat_settings(endpoints: Endpoints) -> dict[str, Any]:
     """The Celery settings of beat's scheduler (harmless in a worker, which never reads them)."""
+    # Set, so redbeat does not borrow the broker's transport options; a Redis that hangs
+    # costs a tick, not the loop.
+    options: dict[str, Any] = {"socket_timeout": MAX_LOOP_S, "socket_connect_timeout": MAX_LOOP_S}
+    url = endpoints.redis_url
+    if is_sentinel(url):
+        # redbeat's own spelling of a Sentinel primary: any URL of its scheme, the rest
+        # in its options (it asks the sentinels for the primary at each reconnect).
+        parsed = parse_sentinel_url(url)
+        url = "redis-sentinel://"
+        options = {
+            "socket_timeout": MAX_LOOP_S,
+            "sentinels": list(parsed.sentinels),
+            "service_name": parsed.master_name,
+            "db": parsed.db,
+            "password": parsed.password,
+        }
     return {
         "beat_scheduler": "worker.beat:Scheduler",
         "beat_max_loop_interval": MAX_LOOP_S,
-        "redbeat_redis_url": endpoints.redis_url,
+        "redbeat_redis_url": url,
         "redbeat_key_prefix": KEY_PREFIX,
         "redbeat_lock_key": LOCK_KEY,
         "redbeat_lock_timeout": LOCK_TIMEOUT_S,
-        # Set, so redbeat does not borrow the broker's transport options; a Redis that
-        # hangs costs a tick, not the loop.
-        "redbeat_redis_options": {
-            "socket_timeout": MAX_LOOP_S,
-            "socket_connect_timeout": MAX_LOOP_S,
-        },
+        "redbeat_redis_options": options,
     }
 
 

@@ -125,3 +125,15 @@ def test_a_sentinel_client_has_the_plain_clients_timeouts_and_pool_42() -> None:
         assert pool.max_connections == 7 and pool.timeout == 5  # type: ignore[attr-defined]
         assert {k: pool.connection_kwargs[k] for k in timeouts} == timeouts
     assert sentinel.connection_pool.connection_kwargs["db"] == 2
+
+
+def test_beat_finds_its_lock_through_the_sentinels_too_42() -> None:
+    from worker.beat import beat_settings
+
+    url = "redis+sentinel://:s%40cret@10.0.0.1:26379,10.0.0.2:26380/primary/3"
+    conf = beat_settings(Endpoints(database_url="", redis_url=url, broker_url=url))
+    # redbeat's own spelling: its scheme, and the sentinels and primary in its options.
+    assert conf["redbeat_redis_url"].startswith("redis-sentinel")
+    options = conf["redbeat_redis_options"]
+    assert options["sentinels"] == [("10.0.0.1", 26379), ("10.0.0.2", 26380)]
+    assert (options["service_name"], options["db"], options["password"]) == ("primary", 3, "s@cret")
