@@ -37,6 +37,14 @@ def redis_url() -> str:
     return url
 
 
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    """A client of the tests' data database, closed after the test."""
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
 @pytest.fixture(scope="session")
 def broker_url() -> str:
     url = f"{services.redis_base_url()}/{services.BROKER_REDIS_DB}"

@@ -53,13 +53,6 @@ def new_uow(session_factory: sessionmaker[Session]) -> Any:
 
 
 @pytest.fixture
-def redis_client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
 def budgeted(fake_openai: FakeOpenAI, new_uow: Any, redis_client: redis.Redis) -> Iterator[Any]:
     """The real provider on the model server, its calls in the ledger, within budgets."""
     provider = OpenAIProvider(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -16,13 +15,6 @@ from shared.orgs.spend import Admission, MonthlySpend
 
 MONTH = dt.date(2026, 12, 1)
 LAPSE_S = 0.3
-
-
-@pytest.fixture
-def redis_client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -71,13 +70,6 @@ class RefusingQueue(RecordingQueue):
 def queue() -> LosingQueue:
     """Overrides conftest's: the app and `uow` commit, and their jobs vanish."""
     return LosingQueue()
-
-
-@pytest.fixture
-def redis_client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
 
 
 @pytest.fixture

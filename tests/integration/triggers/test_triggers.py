@@ -6,7 +6,6 @@ import datetime as dt
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,13 +20,6 @@ from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import EVALUATE_TOPIC, FIRE_DEBOUNCE, Job, RecordingQueue
 from shared.triggers.debounce import Debouncer, _keys
 from tests.helpers import new_session, post_message
-
-
-@pytest.fixture
-def redis_client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
 
 
 @pytest.fixture
