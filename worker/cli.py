@@ -8,42 +8,21 @@ import os
 import signal
 import sys
 import threading
-import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from importlib.metadata import entry_points
 from typing import Any
 
 import click
 
 from shared.auth.service import create_api_key, list_keys, org_id_named, revoke_key
-from shared.domain.errors import DomainError
 from shared.infra.bootstrap import Runtime
 from shared.infra.config import load_settings_or_exit
 from shared.infra.db import migrate
 from shared.infra.logs import configure_logging
 from shared.infra.queue import CeleryJobQueue
-from shared.infra.runtime import database_url_of
 from shared.orgs.service import DEFAULT, OrgLimits, set_limits
-
-
-@contextmanager
-def command_runtime(**overrides: Any) -> Iterator[Runtime]:
-    """A command's runtime (shared/infra/bootstrap.py): one connection, given back at the end.
-    A domain error (no such org, an ambiguous prefix) ends the command with its message."""
-    runtime = Runtime(load_settings_or_exit(), pool_size=1, max_overflow=0, **overrides)
-    try:
-        yield runtime
-    except DomainError as error:
-        raise click.ClickException(error.message) from None
-    finally:
-        runtime.close()
-
-
-def _database_url() -> str:
-    """The configured database, or the embedded one (started if need be)."""
-    return database_url_of(load_settings_or_exit())
+from worker.cli_runtime import command_runtime, database_url
+from worker.cli_upkeep import embeddings, secrets
 
 
 class DriftlessCLI(click.Group):
@@ -77,7 +56,7 @@ def db_upgrade() -> None:
     """Migrate the database to the newest schema."""
     from shared.embeddings.schema import ensure_vector_schema_at
 
-    url = _database_url()
+    url = database_url()
     migrate.upgrade(url)
     # Again at every upgrade: a server that gained pgvector since 0018 ran gets its tables.
     vectors = ensure_vector_schema_at(url)
@@ -87,7 +66,7 @@ def db_upgrade() -> None:
 @db.command("check")
 def db_check() -> None:
     """Fail if the models have changes no migration covers."""
-    migrate.check(_database_url())
+    migrate.check(database_url())
     click.echo("models and migrations agree")
 
 
@@ -426,87 +405,5 @@ class _Progress:
         return line
 
 
-@main.group()
-def embeddings() -> None:
-    """Vectors for recall by meaning (DRIFTLESS_EMBEDDINGS)."""
-
-
-# How often `embeddings backfill` counts what is still missing.
-BACKFILL_FOLLOW_S = 2.0
-
-
-@embeddings.command("backfill")
-@click.option("--no-wait", is_flag=True, help="Send the batches and exit, without following.")
-def embeddings_backfill(no_wait: bool) -> None:
-    """Embed every message and topic missing a vector of the configured model (after a
-    model change, all of them: the old model's vectors are replaced). The batches go to
-    the workers' `embeddings_bulk` queue; run it again to resume, it sends only what is
-    still missing. Ctrl-C stops following and leaves the batches queued."""
-    from shared.embeddings.backfill import missing, send_batches
-    from shared.embeddings.schema import ensure_vector_schema_at
-    from worker.app import make_celery
-
-    settings = load_settings_or_exit()
-    if settings.embeddings == "none":
-        raise click.ClickException("embeddings are off: set DRIFTLESS_EMBEDDINGS first")
-    if not ensure_vector_schema_at(_database_url()):
-        raise click.ClickException(
-            "the PostgreSQL server has no 'vector' extension (pgvector): install it first"
-        )
-    model = settings.embeddings_model
-    sender = make_celery(settings)
-    with command_runtime(make_queue=lambda rt: CeleryJobQueue(sender)) as rt:
-        with rt.unit_of_work() as uow:
-            total = missing(uow=uow, model=model)
-        sent = send_batches(new_uow=rt.unit_of_work, model=model)
-        click.echo(
-            f"embeddings backfill by {model}: {total} missing, {sent} batches sent", err=True
-        )
-        if no_wait or total == 0:
-            return
-        try:
-            _follow_backfill(rt, model, total)
-        except KeyboardInterrupt:
-            click.echo("\nstopped following: the workers embed the batches sent", err=True)
-            sys.exit(130)
-    click.echo(f"embeddings backfill by {model}: done")
-
-
-def _follow_backfill(rt: Runtime, model: str, total: int) -> None:
-    from shared.embeddings.backfill import missing
-
-    done = 0
-    with click.progressbar(length=total, label="embedding", file=sys.stderr) as bar:
-        while done < total:
-            time.sleep(BACKFILL_FOLLOW_S)
-            with rt.unit_of_work() as uow:
-                now_done = max(0, total - missing(uow=uow, model=model))
-            bar.update(now_done - done)
-            done = max(done, now_done)
-
-
-@main.group()
-def secrets() -> None:
-    """Stored secrets (webhook secrets, orgs' model keys), sealed under DRIFTLESS_SECRET_KEYS."""
-
-
-@secrets.command("reseal")
-def secrets_reseal() -> None:
-    """Seal every stored secret again under the first key of DRIFTLESS_SECRET_KEYS (after
-    a new key was put first), and seal those stored as given. In batches, each committed:
-    safe to interrupt and to run again (what is already under the first key is left)."""
-    from shared.infra.reseal import reseal
-
-    with command_runtime() as rt:
-        done = reseal(new_uow=rt.unit_of_work, box=rt.secret_box)
-    for column in done:
-        click.echo(
-            f"{column.column}: {column.rows} read, {column.resealed} resealed"
-            f" ({column.plain} had been stored as given), {column.current} already under"
-            f" the first key, {column.unopenable} opened by no listed key"
-        )
-    if any(column.unopenable for column in done):
-        raise click.ClickException(
-            "some secrets were sealed with a key DRIFTLESS_SECRET_KEYS no longer lists: put it"
-            " back (after the first) and run this again"
-        )
+main.add_command(embeddings)
+main.add_command(secrets)
