@@ -26,7 +26,7 @@ from tests.integration.reconcile import test_reconcile as base
 from tests.integration.reconcile.test_reconcile import GRACE, LosingQueue, jobs_for, new_uow
 
 # test_reconcile's fixtures: a broker that loses every job, and the beat's run.
-queue, reconcile, redis_client = base.queue, base.reconcile, base.redis_client
+queue, reconcile = base.queue, base.reconcile
 
 HISTORY = [
     {"role": "user", "content": "Which database for the ledger?"},
