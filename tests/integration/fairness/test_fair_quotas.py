@@ -5,22 +5,18 @@ org in the ring."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import time
-import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
 import redis
-from sqlalchemy import select
 
 from shared.infra.config import Settings
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import RecordingQueue
 from shared.orgs.budget import BudgetDefaults, org_budget
 from shared.providers.service import set_provider
-from shared.topics.models import Topic
 from tests.integration.orgs.budget import give_budget
 from tests.integration.providers.orgs import BOX, new_uow
 from tests.integration.reevaluations.system import SUMMARY, System, campaign_system
@@ -28,8 +24,10 @@ from tests.integration.reevaluations.world import topics_of
 from tests.integration.webhooks.outbox import org_of
 from tests.llm_server import FakeOpenAI, Reply
 
-# Ten calls a minute for the fleet: a bucket of one call, refilled every 6.6 s.
-FLEET_RPM = 10
+# Four calls a minute for the fleet: a bucket of one call, refilled every 16.5 s. The
+# refill is the window in which org B's close must reach the ring: at ten a minute (6.6 s)
+# a loaded CI machine once missed it.
+FLEET_RPM = 4
 
 
 def _clear_buckets(redis_url: str) -> None:
@@ -69,23 +67,11 @@ def test_an_org_out_of_the_fleets_quota_yields_its_turn_to_the_next_org_41(
         _until(lambda: system.summarized(backlog) == 1 and fair.waiting("live").jobs == 2)
         behind = topics_of(system.client, org_b, closed=1, active=False)
         system.until_summarized(behind)
-        system.until_summarized(backlog)
-    # B's close took the fleet's next call, before A's second: A's two waited in A's list
-    # (not asleep in the worker's two slots, where each took its turn before, nor in the
-    # broker). The order, not the time: a loaded machine may take a refill or two longer.
-    a_second = sorted(_summarized_at(system, backlog))[1]
-    (b_first,) = _summarized_at(system, behind)
-    assert b_first < a_second
-    assert fake_openai.calls == 4  # every refused call was refused before the model
-
-
-def _summarized_at(system: System, topic_ids: list[str]) -> list[dt.datetime]:
-    with system.factory() as session:
-        return list(
-            session.scalars(
-                select(Topic.summarized_at).where(Topic.id.in_([uuid.UUID(t) for t in topic_ids]))
-            )
-        )
+        # B's close took the fleet's next call, before A's second: A's two waited in A's
+        # list (not asleep in the worker's two slots, where each took its turn before, nor
+        # in the broker). The call after B's is a whole refill away.
+        assert system.summarized(backlog) == 1
+    assert fake_openai.calls == 2  # every refused call was refused before the model
 
 
 def test_a_slow_answer_is_not_a_quota_the_ring_still_serves_in_turn_41(
