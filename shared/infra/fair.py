@@ -9,8 +9,9 @@ ring, and puts that org back at the tail if it has more: round robin across the 
 with work waiting, FIFO within an org. An org with one job waits behind at most one job
 of each other org, however long their lists are.
 
-Keys of a lane (live or bulk) share a hash tag, so a Redis Cluster keeps them on one
-slot and the scripts may touch an org's list they compute:
+Keys of a lane (live or bulk) share a hash tag (one slot, were they ever on a Redis
+Cluster, which driftless does not support: docs/deploy.md), and the scripts may touch
+an org's list they compute:
   driftless:{fair:<lane>}:ring        orgs with jobs waiting, each once, in serving order
   driftless:{fair:<lane>}:jobs:<org>  the org's jobs, oldest first (JSON)
 An org is in the ring exactly when its list is not empty; both scripts keep that, and a

@@ -17,7 +17,8 @@ and tokens per minute — in one Lua script, so the fleet as a whole stays withi
   or debited, so a bucket may go below zero and later callers wait the debt off.
 - A caller that would wait longer than `max_wait_s` gets `RateLimited` at once instead
   of holding a worker: the task retries later (see `RateLimited`).
-- Both keys of a bucket share a hash tag (Redis Cluster).
+- Both keys of a bucket share a hash tag (one slot, were they ever on a Redis Cluster,
+  which driftless does not support: docs/deploy.md).
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ same script, so of two workers holding the same job exactly one fires.
 
 Time comes from Redis `TIME`, so web and worker clocks cannot skew the deadline. Every
 key expires on its own, so a crash leaves nothing stuck. A topic's keys share a hash
-tag, so the scripts also run on Redis Cluster.
+tag (one slot, were the state ever on a Redis Cluster, which driftless does not
+support: docs/deploy.md, "High availability").
 
 The guard (R28) holds the id of the last message the evaluation saw. A trigger is
 suppressed while the topic's last message is still that one; any new message moves
