@@ -12,6 +12,8 @@ import argparse
 import contextlib
 import os
 import platform
+import re
+import shlex
 import signal
 import statistics
 import subprocess
@@ -40,6 +42,7 @@ BENCH_DATABASE = os.environ.get("DRIFTLESS_BENCH_DATABASE", "driftless_bench")
 BENCH_REDIS_DB = int(os.environ.get("DRIFTLESS_BENCH_REDIS_DB", "11"))
 BENCH_BROKER_DB = int(os.environ.get("DRIFTLESS_BENCH_BROKER_DB", str(BENCH_REDIS_DB - 1)))
 BIN = Path(sys.executable).parent
+PROCFILE = Path(__file__).resolve().parent.parent / "Procfile"
 # Marks a Redis database as the benches'. Flushing is how a bench starts clean, and a
 # database without this key may be someone's running system or test run.
 OWNER_KEY = "driftless:bench:owner"
@@ -181,6 +184,15 @@ def machine() -> str:
         f"{os.cpu_count()} CPUs ({model or platform.processor()}), {memory_gib:.0f} GiB RAM,"
         f" Python {platform.python_version()}, load average {load:.2f} at the start"
     )
+
+
+def worker_command() -> list[str]:
+    """The Procfile's `worker:` line, run from this virtualenv."""
+    found = re.search(r"^worker:\s*(.+)$", PROCFILE.read_text(), re.MULTILINE)
+    if found is None:
+        raise SystemExit(f"{PROCFILE} has no worker: line")
+    words = shlex.split(found.group(1))
+    return [str(BIN / words[0]), *words[1:], "--loglevel", "WARNING"]
 
 
 @dataclass
