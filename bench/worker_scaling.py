@@ -4,20 +4,22 @@ call, with each process's CPU: does the fleet's rate grow with its processes?
 
 For each count n: rounds x concurrency x n closed topics are prepared (as bench/worker_pool
 prepares them: six messages each, the SUMMARIZE_TOPIC jobs held back), n workers start
-and first summarize one untimed warm-up topic per pool slot; then the jobs go through the
-real broker and fair queue, and the time runs from the first send to the last summary
+and first summarize one untimed warm-up topic per pool slot; then the jobs are sent as the
+web sends them (each to its org's list in the fair queue, a ticket to the broker:
+shared/infra/fair.py), and the time runs from the first send to the last summary
 written. The LLM is the tests' OpenAI-compatible server (tests/llm_server.py) in this
 process, answering after `--latency` seconds, so one process's ideal is concurrency /
 latency summaries a second, n processes' n times that, as long as the CPUs keep up.
 
 The CPU columns say whether they do: each worker's CPU time over the timed part (in
-cores: seconds of CPU per second), the workers' CPU per summary ("CPU ms"), the run's
-("run CPU ms": the workers, the PostgreSQL backends of the bench's database and this
-process, its LLM stand-in and polls; Redis, a server shared with whatever else runs on the
-machine, left out), and the whole machine's busy cores (everyone's work included).
-"ceiling" is the rate at which every CPU of the machine would be busy with the run's work
-alone: where n x one's rate nears it, the run is CPU-bound and its scaling says how many
-CPUs the machine has, not how the workers share the work.
+cores: seconds of CPU per second), and per summary the workers' CPU ("CPU ms"), the
+PostgreSQL backends' of the bench's database ("db ms") and this process's ("bench ms": the
+LLM stand-in, which a real fleet does not run, the sends and the polls); Redis, a server
+shared with whatever else runs on the machine, is left out. "machine cores" are the whole
+machine's busy cores, everyone's work included. "ceiling" is the rate at which every CPU
+of the machine would be busy with the run's work alone (the three per-summary costs):
+where n x one's rate nears it, the run is CPU-bound and its scaling says how many CPUs
+the machine has, not how the workers share the work.
 
     .venv/bin/python -m bench.worker_scaling [--processes 1 2 4] [--concurrency 128]
         [--rounds 4] [--latency 1.0]
@@ -52,6 +54,7 @@ from bench.common import (
 )
 from bench.worker_pool import closed_topics, last_finish, summarized, worker_answers
 from shared.infra.config import Settings
+from shared.infra.fair import FairQueue
 from shared.infra.queue import CeleryJobQueue, Job
 from tests.llm_server import FakeOpenAI
 from worker.app import make_celery
@@ -89,6 +92,14 @@ class Result:
     @property
     def machine_cores(self) -> float:
         return self.machine_busy_s / self.elapsed_s
+
+    @property
+    def database_cpu_ms(self) -> float:
+        return 1000 * self.database_cpu_s / self.topics
+
+    @property
+    def bench_cpu_ms(self) -> float:
+        return 1000 * self.bench_cpu_s / self.topics
 
     @property
     def system_cpu_ms(self) -> float:
@@ -144,7 +155,7 @@ def send_and_wait(
     per_job_s: float,
 ) -> None:
     """Send the summary jobs, then wait until every one of their topics is summarized."""
-    queue = CeleryJobQueue(app)
+    queue = CeleryJobQueue(app, FairQueue(env.redis))  # as the web sends them: tickets
     topic_ids = [uuid.UUID(job.kwargs["topic_id"]) for job in jobs]
     for job in jobs:
         queue.send(job)
@@ -234,22 +245,23 @@ def main() -> None:
     print(f"  machine: {host}")
     print(
         f"  {'workers':>7}{'topics':>7}{'time s':>8}{'summ/s':>8}{'ideal':>8}{'x one':>7}"
-        f"{'scaling':>8}{'CPU ms':>8}{'run CPU ms':>11}{'ceiling':>9}{'machine cores':>14}"
+        f"{'scaling':>8}{'CPU ms':>8}{'db ms':>7}{'bench ms':>9}{'ceiling':>9}{'machine cores':>14}"
         "  each worker's cores"
     )
     for r in results:
         print(
             f"  {r.processes:>7}{r.topics:>7}{r.elapsed_s:>8.2f}{r.rate:>8.2f}{r.ideal:>8.0f}"
             f"{r.rate / one:>7.2f}{r.rate / (one * r.processes):>8.0%}{r.cpu_ms:>8.1f}"
-            f"{r.system_cpu_ms:>11.1f}{r.ceiling:>9.0f}{r.machine_cores:>14.2f}  "
-            + " ".join(f"{c:.2f}" for c in r.cores)
+            f"{r.database_cpu_ms:>7.1f}{r.bench_cpu_ms:>9.1f}{r.ceiling:>9.0f}"
+            f"{r.machine_cores:>14.2f}  " + " ".join(f"{c:.2f}" for c in r.cores)
         )
     print(
         "worker_scaling "
         + " ".join(
             f"{k}_per_s={r.rate:.2f} {k}_scaling={r.rate / (one * r.processes):.3f}"
             f" {k}_cpu_ms={r.cpu_ms:.1f} {k}_machine_cores={r.machine_cores:.2f}"
-            f" {k}_run_cpu_ms={r.system_cpu_ms:.1f} {k}_ceiling={r.ceiling:.0f}"
+            f" {k}_db_cpu_ms={r.database_cpu_ms:.1f} {k}_bench_cpu_ms={r.bench_cpu_ms:.1f}"
+            f" {k}_ceiling={r.ceiling:.0f}"
             for r in results
             for k in [f"p{r.processes}"]
         )
