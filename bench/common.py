@@ -228,16 +228,22 @@ def subprocess_running(command: list[str], environment: dict[str, str]) -> Itera
 
 
 def wait_until(
-    ready: Callable[[], bool], *, timeout_s: float, what: str, process: Subprocess | None = None
+    ready: Callable[[], bool],
+    *,
+    timeout_s: float,
+    what: str,
+    process: Subprocess | None = None,
+    poll_s: float = 0.1,
 ) -> None:
-    """Poll `ready` until it holds; fail with the subprocess's stderr if it died first."""
+    """Poll `ready` every `poll_s` until it holds; fail with the subprocess's stderr if it
+    died first."""
     deadline = time.monotonic() + timeout_s
     while not ready():
         if process is not None:
             process.check_alive(what)
         if time.monotonic() > deadline:
             raise SystemExit(f"{what}: not ready after {timeout_s:.0f} s")
-        time.sleep(0.1)
+        time.sleep(poll_s)
 
 
 def percentile(samples: list[float], share: float) -> float:
