@@ -121,7 +121,8 @@ def busy_seconds() -> float:
 
 def database_cpu_seconds(env: BenchEnv, before: dict[int, float] | None = None) -> dict[int, float]:
     """CPU seconds of each PostgreSQL backend on the bench's database (the workers'
-    pooled connections); with `before`, only the time since then, of the backends in it."""
+    pooled connections); with `before`, only the time since then (all of a backend's
+    time if it started since: a pool grows under load)."""
     with env.engine.connect() as connection:
         pids = connection.scalars(
             text("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
@@ -135,7 +136,7 @@ def database_cpu_seconds(env: BenchEnv, before: dict[int, float] | None = None) 
         used[pid] = times.user + times.system
     if before is None:
         return used
-    return {pid: cpu - before[pid] for pid, cpu in used.items() if pid in before}
+    return {pid: cpu - before.get(pid, 0.0) for pid, cpu in used.items()}
 
 
 def command(concurrency: int, hostname: str) -> list[str]:
