@@ -12,6 +12,8 @@ import argparse
 import contextlib
 import os
 import platform
+import re
+import shlex
 import signal
 import statistics
 import subprocess
@@ -40,6 +42,7 @@ BENCH_DATABASE = os.environ.get("DRIFTLESS_BENCH_DATABASE", "driftless_bench")
 BENCH_REDIS_DB = int(os.environ.get("DRIFTLESS_BENCH_REDIS_DB", "11"))
 BENCH_BROKER_DB = int(os.environ.get("DRIFTLESS_BENCH_BROKER_DB", str(BENCH_REDIS_DB - 1)))
 BIN = Path(sys.executable).parent
+PROCFILE = Path(__file__).resolve().parent.parent / "Procfile"
 # Marks a Redis database as the benches'. Flushing is how a bench starts clean, and a
 # database without this key may be someone's running system or test run.
 OWNER_KEY = "driftless:bench:owner"
@@ -183,6 +186,15 @@ def machine() -> str:
     )
 
 
+def worker_command() -> list[str]:
+    """The Procfile's `worker:` line, run from this virtualenv."""
+    found = re.search(r"^worker:\s*(.+)$", PROCFILE.read_text(), re.MULTILINE)
+    if found is None:
+        raise SystemExit(f"{PROCFILE} has no worker: line")
+    words = shlex.split(found.group(1))
+    return [str(BIN / words[0]), *words[1:], "--loglevel", "WARNING"]
+
+
 @dataclass
 class Subprocess:
     process: subprocess.Popen[bytes]
@@ -216,16 +228,22 @@ def subprocess_running(command: list[str], environment: dict[str, str]) -> Itera
 
 
 def wait_until(
-    ready: Callable[[], bool], *, timeout_s: float, what: str, process: Subprocess | None = None
+    ready: Callable[[], bool],
+    *,
+    timeout_s: float,
+    what: str,
+    process: Subprocess | None = None,
+    poll_s: float = 0.1,
 ) -> None:
-    """Poll `ready` until it holds; fail with the subprocess's stderr if it died first."""
+    """Poll `ready` every `poll_s` until it holds; fail with the subprocess's stderr if it
+    died first."""
     deadline = time.monotonic() + timeout_s
     while not ready():
         if process is not None:
             process.check_alive(what)
         if time.monotonic() > deadline:
             raise SystemExit(f"{what}: not ready after {timeout_s:.0f} s")
-        time.sleep(0.1)
+        time.sleep(poll_s)
 
 
 def percentile(samples: list[float], share: float) -> float:

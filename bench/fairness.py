@@ -29,19 +29,15 @@ Under quotas ([4.1]; the late closes should be readable within 5 s):
 
 from __future__ import annotations
 
-import re
-import shlex
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from cryptography.fernet import Fernet
 from sqlalchemy import func, select
 
 from bench.common import (
-    BIN,
     SUMMARY_ANSWER,
     BenchEnv,
     arguments,
@@ -50,6 +46,7 @@ from bench.common import (
     machine,
     subprocess_running,
     wait_until,
+    worker_command,
 )
 from shared.auth.service import create_api_key, org_for_key
 from shared.infra.config import Settings
@@ -63,22 +60,12 @@ from shared.topics.models import Topic
 from tests.llm_server import FakeOpenAI
 from worker.app import make_celery
 
-PROCFILE = Path(__file__).resolve().parent.parent / "Procfile"
 TURNS = [
     ("user", "Let's settle the stack for the billing service before Friday."),
     ("assistant", "PostgreSQL for storage, Celery on Redis for the retries."),
     ("user", "Agreed; deadline Friday."),
 ]
 POLL_S = 0.05
-
-
-def worker_command() -> list[str]:
-    """The Procfile's `worker:` line, run from this virtualenv."""
-    found = re.search(r"^worker:\s*(.+)$", PROCFILE.read_text(), re.MULTILINE)
-    if found is None:
-        raise SystemExit(f"{PROCFILE} has no worker: line")
-    words = shlex.split(found.group(1))
-    return [str(BIN / words[0]), *words[1:], "--loglevel", "WARNING"]
 
 
 def new_org(env: BenchEnv, name: str) -> uuid.UUID:

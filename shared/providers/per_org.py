@@ -1,10 +1,14 @@
 """Each org's own client of its model server, and the breaker its calls go through.
 
 What the chat LLM's router (routing.py) and the embeddings' (shared/embeddings/provider.py)
-share: the org-to-model map is read at most every `refresh_s` per process, so a PUT or a
-DELETE takes effect within seconds and a call costs no query; a client is built once per
-org and configuration, rebuilt when the org's row changes and dropped when the org goes
-back to the fleet's; an org's calls go through its own breaker (breaker.py).
+share: the org-to-model map of each process is checked at most every `refresh_s`, so a PUT
+or a DELETE takes effect within seconds and a call costs no query. A check is one tiny
+query, the map's version (a number a trigger raises at every write of org_providers,
+migration 0022); the whole map, a row per org with a model of its own, is read again only
+when that number moved: a fleet of P processes costs P one-row queries per `refresh_s`,
+not P x orgs rows. A client is built once per org and configuration, rebuilt when the
+org's row changes and dropped when the org goes back to the fleet's; an org's calls go
+through its own breaker (breaker.py).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.sealing import SecretBox
 from shared.providers.breaker import Breaker
-from shared.providers.service import OrgModel, org_models
+from shared.providers.service import OrgModel, models_version, org_models
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +70,7 @@ class OrgClients(Generic[Client]):
         self._refresh_s = refresh_s
         self._clock = clock
         self._models: dict[uuid.UUID, OrgModel] | None = None
+        self._version: int | None = None  # of the map in _models
         self._next_refresh = 0.0
         self._refresh_lock = threading.Lock()
         self._built: dict[uuid.UUID, tuple[OrgModel, Client]] = {}
@@ -128,10 +133,16 @@ class OrgClients(Generic[Client]):
         with self._refresh_lock:
             if self._models is not None and self._clock() < self._next_refresh:
                 return self._models
-            known = self._models or {}
             try:
                 with self._new_uow() as uow:
-                    self._models = org_models(uow=uow, box=self._box, known=known)
+                    # The version before the map: a write committed between the two reads
+                    # leaves an older version beside a newer map, read again next time;
+                    # the other order could keep an old map beside the new version.
+                    version = models_version(uow=uow)
+                    if self._models is None or version is None or version != self._version:
+                        known = self._models or {}
+                        self._models = org_models(uow=uow, box=self._box, known=known)
+                        self._version = version
             except SQLAlchemyError as exc:
                 if self._models is None:
                     raise OwnModelUnavailable(

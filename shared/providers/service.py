@@ -22,7 +22,7 @@ from shared.domain.errors import Invalid
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.sealing import SecretBox, SecretUnavailable
 from shared.infra.targets import UnsafeTarget, check_target
-from shared.providers.models import OrgProvider
+from shared.providers.models import OrgProvider, OrgProvidersVersion
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,12 @@ def delete_provider(*, uow: UnitOfWork, org_id: uuid.UUID) -> None:
     removed = uow.session.execute(delete(OrgProvider).where(OrgProvider.org_id == org_id))
     if removed.rowcount:  # type: ignore[attr-defined]
         log.info("org %s: own model removed, back to the fleet's", org_id)
+
+
+def models_version(*, uow: UnitOfWork) -> int | None:
+    """A number that changes whenever any org's own model does (one row, one index
+    lookup); None if its row is gone, which a reader takes as "changed"."""
+    return uow.session.scalar(select(OrgProvidersVersion.version))
 
 
 def org_models(

@@ -9,7 +9,7 @@ from shared.facts.models import FactsDocument
 from shared.infra.db.base import Base
 from shared.memory.versions import MemoryVersion
 from shared.notes.models import NotesDocument
-from shared.providers.models import OrgProvider
+from shared.providers.models import OrgProvider, OrgProvidersVersion
 from shared.reevaluations.models import ReevaluationCampaign, ReevaluationItem
 from shared.sessions.models import ChatSession, Message
 from shared.topics.models import Fork, Topic
@@ -32,6 +32,7 @@ __all__ = [
     "NotesDocument",
     "Org",
     "OrgProvider",
+    "OrgProvidersVersion",
     "ReevaluationCampaign",
     "ReevaluationItem",
     "Topic",
