@@ -118,23 +118,40 @@ class Pending:
 
 def pending_messages(
     *, uow: UnitOfWork, model: str, limit: int, after_id: int = 0, through_id: int | None = None,
-    ids: Sequence[int] | None = None, older_than_s: float = 0.0,
+    ids: Sequence[int] | None = None, older_than_s: float = 0.0, texts: bool = True,
 ) -> list[Pending]:  # fmt: skip
     """User and assistant messages after `after_id` (through `through_id`; or among
-    `ids`) with no vector of `model`, oldest first: a range scan of the primary key."""
+    `ids`) with no vector of `model`, oldest first: a range scan of the primary key.
+    `texts=False` leaves each text empty (the planner needs only ids and orgs)."""
+    content = "left(m.content, :chars)" if texts else "''"
     rows = uow.session.execute(
         text(
-            "SELECT m.id, s.org_id, left(m.content, :chars) FROM messages m"
-            " JOIN sessions s ON s.id = m.session_id"
-            " WHERE m.id > :after AND (CAST(:through AS bigint) IS NULL OR m.id <= :through)"
-            " AND (CAST(:ids AS bigint[]) IS NULL OR m.id = ANY(CAST(:ids AS bigint[])))"
-            " AND m.created_at <= now() - make_interval(secs => :older)"
+            f"SELECT m.id, s.org_id, {content} FROM messages m"
+            f" JOIN sessions s ON s.id = m.session_id"
+            f" WHERE m.id > :after AND (CAST(:through AS bigint) IS NULL OR m.id <= :through)"
+            f" AND (CAST(:ids AS bigint[]) IS NULL OR m.id = ANY(CAST(:ids AS bigint[])))"
+            f" AND m.created_at <= now() - make_interval(secs => :older)"
             f" AND {MESSAGE_MISSING} ORDER BY m.id LIMIT :limit"
         ),
         {"after": after_id, "through": through_id, "ids": None if ids is None else list(ids),
          "older": older_than_s, "model": model, "limit": limit, "chars": MAX_CHARS},
     ).all()  # fmt: skip
     return [Pending(row[0], row[1], row[2]) for row in rows]
+
+
+def oldest_missing_message(
+    *, uow: UnitOfWork, model: str, after_id: int
+) -> tuple[int, dt.datetime] | None:
+    """The first message after `after_id` with no vector of `model` (id, created_at): a
+    walk of the primary key that stops at it, so it costs what was embedded since."""
+    row = uow.session.execute(
+        text(
+            f"SELECT m.id, m.created_at FROM messages m WHERE m.id > :after AND {MESSAGE_MISSING}"
+            " ORDER BY m.id LIMIT 1"
+        ),
+        {"after": after_id, "model": model},
+    ).first()
+    return None if row is None else (int(row[0]), row[1])
 
 
 def settled_message_id(*, uow: UnitOfWork, after_id: int, settle_s: float) -> int | None:
@@ -157,14 +174,16 @@ TOPIC_START: TopicCursor = (dt.datetime(1970, 1, 1, tzinfo=dt.UTC), uuid.UUID(in
 def pending_topics(
     *, uow: UnitOfWork, model: str, limit: int, after: TopicCursor = TOPIC_START,
     through: TopicCursor | None = None, ids: Sequence[uuid.UUID] | None = None,
-    older_than_s: float = 0.0,
+    older_than_s: float = 0.0, texts: bool = True,
 ) -> list[tuple[Pending, TopicCursor]]:  # fmt: skip
     """Summarized topics after the cursor (through `through`; or among `ids`) whose
-    vector is missing, of another model, or made from another title and summary."""
+    vector is missing, of another model, or made from another title and summary.
+    `texts=False` leaves each text and hash empty (the planner needs only ids and orgs)."""
     end = through or (dt.datetime.max.replace(tzinfo=dt.UTC), uuid.UUID(int=2**128 - 1))
+    content = f"left({TOPIC_TEXT}, :chars), {TOPIC_HASH}" if texts else "'', ''"
     rows = uow.session.execute(
         text(
-            f"SELECT t.id, s.org_id, left({TOPIC_TEXT}, :chars), {TOPIC_HASH}, t.summarized_at"
+            f"SELECT t.id, s.org_id, {content}, t.summarized_at"
             f" FROM topics t JOIN sessions s ON s.id = t.session_id"
             f" LEFT JOIN topic_vectors v ON v.topic_id = t.id"
             f" WHERE {TOPIC_STALE} AND (t.summarized_at, t.id) > (:after_at, :after_id)"

@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.auth.service import org_for_key
 from shared.embeddings.provider import Embedder, EmbeddingsTimeout, make_embedder
 from shared.embeddings.query import QueryEmbeddings
 from shared.embeddings.slots import OWN_CALLS
-from shared.embeddings.sweep import Cursors, strays, sweep
+from shared.embeddings.sweep import Cursors, strays
 from shared.infra.config import Settings
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.leases import OrgLeases
@@ -76,18 +75,6 @@ def _routed(system: VectorSystem) -> Embedder:
     return embedder
 
 
-def _org_with_server(system: VectorSystem, server: FakeOpenAI) -> tuple[dict[str, str], uuid.UUID]:
-    auth = system.new_org()
-    with system.unit_of_work() as uow:
-        org_id = org_for_key(uow=uow, key=auth["Authorization"].removeprefix("Bearer "))
-        set_provider(
-            uow=uow, org_id=org_id, base_url=server.base_url, api_key="sk-own",
-            model="org-chat", box=BOX, allow_private=True,
-        )  # fmt: skip
-        uow.commit()
-    return auth, org_id
-
-
 def _session(system: VectorSystem, auth: dict[str, str], *texts: str) -> str:
     session = new_session(system.client, auth, user="ada")
     for text in texts:
@@ -96,9 +83,7 @@ def _session(system: VectorSystem, auth: dict[str, str], *texts: str) -> str:
 
 
 def _sweep(system: VectorSystem, embedder: Embedder) -> Any:
-    return sweep(
-        new_uow=system.unit_of_work, embedder=embedder, redis_client=system.redis, settle_s=0
-    )
+    return system.sweep(embedder)
 
 
 def _count(system: VectorSystem, sid: str) -> int:
@@ -111,7 +96,7 @@ def test_an_orgs_server_answering_another_size_fails_its_texts_alone_41(
     caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
     embedder = _routed(vectors)
-    own_auth, org_id = _org_with_server(vectors, own_server)
+    own_auth, org_id = vectors.new_org_with_server(own_server)
     fleets = vectors.new_org()
     first = _session(vectors, fleets, "The invoices live in PostgreSQL.")
     _sweep(vectors, embedder)  # the model's vectors are 64 long from now on
@@ -167,7 +152,7 @@ def test_a_models_first_vectors_take_their_size_from_the_fleet_not_an_orgs_serve
     vectors: VectorSystem, own_server: FakeOpenAI, fake_openai: FakeOpenAI
 ) -> None:
     embedder = _routed(vectors)
-    own_auth, _ = _org_with_server(vectors, own_server)
+    own_auth, _ = vectors.new_org_with_server(own_server)
     own_server.embeddings_answer_with(_answer_of(32))
     theirs = _session(vectors, own_auth, "Our deadline is Friday.")
     _sweep(vectors, embedder)  # nothing of this model stored yet, only the org's texts
@@ -184,7 +169,7 @@ def test_an_org_at_its_cap_of_own_server_calls_leaves_its_texts_for_later_41(
     vectors: VectorSystem, own_server: FakeOpenAI, caplog: pytest.LogCaptureFixture
 ) -> None:
     embedder = _routed(vectors)
-    own_auth, org_id = _org_with_server(vectors, own_server)
+    own_auth, org_id = vectors.new_org_with_server(own_server)
     fleets = vectors.new_org()
     theirs = _session(vectors, own_auth, "Our deadline is Friday.")
     others = _session(vectors, fleets, "The invoices live in PostgreSQL.")
