@@ -59,6 +59,10 @@ def _database(uow: UnitOfWork) -> str:
 
 
 def _ensure_index(uow: UnitOfWork, table: str, model: str, dimensions: int) -> None:
+    # Before the transaction's INSERT: jobs storing a model's first vectors at once each
+    # wait for the index's lock holding no lock on the table yet. After it, each held the
+    # table's row lock that another's CREATE INDEX waits for, while waiting for its lock
+    # (a deadlock, every job of a new model retried).
     key = (_database(uow), table, model, dimensions)
     _dimensions[key[0], model] = (dimensions, time.monotonic())
     if key not in _indexed:
@@ -220,6 +224,7 @@ def store_message_vectors(
     erased meanwhile is skipped, a vector of the same model kept. Rows written."""
     if not vectors:
         return 0
+    _ensure_index(uow, MESSAGE_VECTORS, model, len(vectors[0][1]))
     written = uow.session.execute(
         text(
             "INSERT INTO message_vectors (message_id, session_id, model, embedding)"
@@ -233,7 +238,6 @@ def store_message_vectors(
         {"model": model, "ids": [i for i, _ in vectors],
          "embeddings": [vector_literal(v) for _, v in vectors]},
     ).rowcount  # type: ignore[attr-defined]  # fmt: skip
-    _ensure_index(uow, MESSAGE_VECTORS, model, len(vectors[0][1]))
     return int(written)
 
 
@@ -244,6 +248,7 @@ def store_topic_vectors(
     replacing an older one; a topic deleted meanwhile is skipped. Rows written."""
     if not vectors:
         return 0
+    _ensure_index(uow, TOPIC_VECTORS, model, len(vectors[0][1]))
     written = uow.session.execute(
         text(
             "INSERT INTO topic_vectors (topic_id, session_id, model, source_hash, embedding)"
@@ -261,7 +266,6 @@ def store_topic_vectors(
          "hashes": [p.source_hash for p, _ in vectors],
          "embeddings": [vector_literal(v) for _, v in vectors]},
     ).rowcount  # type: ignore[attr-defined]  # fmt: skip
-    _ensure_index(uow, TOPIC_VECTORS, model, len(vectors[0][1]))
     return int(written)
 
 
