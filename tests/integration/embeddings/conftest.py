@@ -27,6 +27,7 @@ from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import EMBED_NEW, CeleryJobQueue, Job, RecordingQueue
 from shared.providers.service import set_provider
 from tests.conftest import new_key
+from tests.helpers import new_session, post_message
 from tests.integration.providers.orgs import BOX
 from tests.llm_server import FakeOpenAI
 from tests.vectors import pgvector_admin_url, vector_database_url  # noqa: F401
@@ -57,6 +58,13 @@ class VectorSystem:
             )  # fmt: skip
             uow.commit()
         return auth, org_id
+
+    def session_of(self, auth: dict[str, str], *texts: str) -> str:
+        """A new session of ada's with these user messages; its id."""
+        session = new_session(self.client, auth, user="ada")
+        for content in texts:
+            post_message(self.client, auth, session["id"], content)
+        return str(session["id"])
 
     def unit_of_work(self) -> UnitOfWork:
         return UnitOfWork(self.factory, RecordingQueue())

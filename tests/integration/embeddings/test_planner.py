@@ -17,7 +17,7 @@ from shared.embeddings.provider import make_embedder
 from shared.embeddings.sweep import EMBED_TICK_S, Cursors, strays
 from shared.infra.queue import EMBED_NEW, EMBED_PENDING, Job
 from tests.embedding_standin import embedding
-from tests.helpers import new_session, post_message, wait_for
+from tests.helpers import wait_for
 from tests.integration.embeddings.conftest import VectorSystem
 from tests.integration.providers.orgs import BOX
 from tests.llm_server import FakeOpenAI
@@ -46,13 +46,6 @@ def system(vectors: VectorSystem) -> VectorSystem:
     return vectors
 
 
-def _session(system: VectorSystem, auth: dict[str, str], *texts: str) -> str:
-    session = new_session(system.client, auth, user="ada")
-    for content in texts:
-        post_message(system.client, auth, session["id"], content)
-    return str(session["id"])
-
-
 def _ids(system: VectorSystem, sid: str) -> set[int]:
     rows = system.rows("SELECT id FROM messages WHERE session_id = :sid", sid=sid)
     return {row[0] for row in rows}
@@ -79,8 +72,8 @@ def test_a_slow_orgs_server_holds_no_other_orgs_vectors_its_jobs_run_beside_them
     answered = threading.Event()
     own_server.embeddings_answer_with(_vectors_of(answered))
     slow_auth, _ = system.new_org_with_server(own_server)
-    theirs = _session(system, slow_auth, "Our deadline is Friday.")
-    others = _session(system, system.new_org(), "The invoices live in PostgreSQL.", "Lisbon.")
+    theirs = system.session_of(slow_auth, "Our deadline is Friday.")
+    others = system.session_of(system.new_org(), "The invoices live in PostgreSQL.", "Lisbon.")
     with system.worker() as app:
         ticks = iter(range(100_000))
 
@@ -105,8 +98,8 @@ def test_a_slow_orgs_server_holds_no_other_orgs_vectors_its_jobs_run_beside_them
 def test_a_tick_sends_a_job_per_org_and_run_of_ids_and_moves_its_cursor_42(
     system: VectorSystem,
 ) -> None:
-    first = _session(system, system.new_org(), "One.", "Two.", "Three.")
-    second = _session(system, system.new_org(), "Four.")
+    first = system.session_of(system.new_org(), "One.", "Two.", "Three.")
+    second = system.session_of(system.new_org(), "Four.")
     planned, jobs = system.plan()
     assert (planned.messages, planned.jobs) == (4, 2)
     assert all(job.task == EMBED_NEW for job in jobs)
@@ -123,7 +116,7 @@ def test_a_job_run_twice_calls_and_writes_nothing_the_second_time_42(
     system: VectorSystem, fake_openai: FakeOpenAI
 ) -> None:
     """Goal 1: a job redelivered (acks_late) after it ran finds its texts embedded."""
-    sid = _session(system, system.new_org(), "The invoices live in PostgreSQL.", "Lisbon.")
+    sid = system.session_of(system.new_org(), "The invoices live in PostgreSQL.", "Lisbon.")
     _, (job,) = system.plan()
     assert system.run(job).messages == 2
     stored, calls = system.rows(STORED_AT, sid=sid), len(fake_openai.embedding_requests)
@@ -138,8 +131,8 @@ def test_an_orgs_own_server_failing_fails_its_job_alone_and_leaves_its_texts_to_
 ) -> None:
     own_server.embeddings_fail(500)
     failing_auth, _ = system.new_org_with_server(own_server)
-    theirs = _session(system, failing_auth, "Our deadline is Friday.")
-    others = _session(system, system.new_org(), "The invoices live in PostgreSQL.")
+    theirs = system.session_of(failing_auth, "Our deadline is Friday.")
+    others = system.session_of(system.new_org(), "The invoices live in PostgreSQL.")
     embedder = make_embedder(system.settings, new_uow=system.unit_of_work, box=BOX)
     assert embedder is not None
     _, jobs = system.plan(embedder)
@@ -166,7 +159,7 @@ def test_the_lag_is_the_age_of_the_oldest_message_without_a_vector_42(
     system: VectorSystem,
 ) -> None:
     """Goal 3: driftless_embeddings_lag_seconds, as beat's tick measures it."""
-    sid = _session(system, system.new_org(), "The invoices live in PostgreSQL.", "Lisbon.")
+    sid = system.session_of(system.new_org(), "The invoices live in PostgreSQL.", "Lisbon.")
     with system.unit_of_work() as uow:
         uow.session.execute(
             text(
