@@ -207,13 +207,19 @@ class Subprocess:
 
 
 @contextlib.contextmanager
-def subprocess_running(command: list[str], environment: dict[str, str]) -> Iterator[Subprocess]:
+def subprocess_running(
+    command: list[str], environment: dict[str, str], *, cwd: Path | None = None
+) -> Iterator[Subprocess]:
     """A web or worker process for the duration; stopped (SIGTERM, then SIGKILL) by its pid.
+    `cwd`: another checkout's, whose code `celery -A` then loads (it puts its own working
+    directory first on the path).
 
     Its stderr goes to a file, never a pipe: a pipe nobody reads would block it once full.
     """
     with tempfile.NamedTemporaryFile(prefix="bench-", suffix=".log", delete=False) as log:
-        process = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL, stderr=log)
+        process = subprocess.Popen(
+            command, env=environment, stdout=subprocess.DEVNULL, stderr=log, cwd=cwd
+        )
     running = Subprocess(process, Path(log.name))
     try:
         yield running

@@ -61,6 +61,7 @@ from shared.infra.queue import (
 from shared.infra.redis_url import redis_client
 from shared.reconcile.service import Reconciled
 from shared.reevaluations.pump import running_totals
+from worker.embeddings_metrics import embeddings_lag_collector
 from worker.fair_metrics import FairQueueCollector
 
 log = logging.getLogger(__name__)
@@ -361,9 +362,14 @@ def _on_worker_init(sender: Any = None, instance: Any = None, **_: Any) -> None:
         return
     start_at_zero()
     depth = queue_depth_collector(runtime.endpoints.broker_url)
+    state = redis_client(
+        runtime.endpoints.redis_url, socket_timeout=DEPTH_TIMEOUT_S,
+        socket_connect_timeout=DEPTH_TIMEOUT_S,
+    )  # fmt: skip
     collectors: list[Collector] = [
         reevaluation_collector(runtime.endpoints.database_url),
         FairQueueCollector(runtime.fair),
+        embeddings_lag_collector(state, runtime.settings.embeddings_model),
     ]
     start_exporter(
         runtime.settings.worker_metrics_port, collectors=[*collectors, *([depth] if depth else [])]

@@ -15,8 +15,8 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from shared.embeddings.batch import embed_batch as embed_texts
 from shared.embeddings.provider import EmbeddingsError
-from shared.embeddings.sweep import embed_batch as embed_texts
 from shared.embeddings.sweep import sweep as embed_sweep
 from shared.evaluations.pipeline import evaluation_job
 from shared.evaluations.requests import sweep_idle as sweep
@@ -27,6 +27,7 @@ from shared.infra.queue import (
     DELIVER_WEBHOOK,
     DISPATCH_WEBHOOKS,
     EMBED_BATCH,
+    EMBED_NEW,
     EMBED_PENDING,
     EVALUATE_TOPIC,
     FIRE_DEBOUNCE,
@@ -302,32 +303,51 @@ def start_stale_reevaluation(self: Task) -> str | None:
 
 @shared_task(name=EMBED_PENDING, bind=True)
 def embed_pending(self: Task) -> dict[str, int | str]:
-    """Beat, every couple of seconds while embeddings are on: vectors of the messages and
-    topics that came since the last sweep, in one batch (shared/embeddings/sweep.py)."""
+    """Beat, every couple of seconds while embeddings are on: per-org jobs for the messages
+    and topics that came since the last tick (shared/embeddings/sweep.py)."""
     context = context_of(self.app)
     if context.embedder is None:  # a beat configured before embeddings were switched off
         return {}
-    swept = embed_sweep(
-        new_uow=lambda: unit_of_work(self.app), embedder=context.embedder,
-        redis_client=context.redis, per_org=context.settings.embeddings_per_org,
+    planned = embed_sweep(
+        new_uow=lambda: unit_of_work(self.app), model=context.embedder.model,
+        redis_client=context.redis,
     )  # fmt: skip
-    return swept.as_dict()
+    return planned.as_dict()
 
 
-@shared_task(
-    name=EMBED_BATCH, bind=True, autoretry_for=(*RETRYABLE, EmbeddingsError), retry_backoff=True,
-    retry_backoff_max=60, max_retries=8,
-)  # fmt: skip
+# Retried while the fleet's server fails; past the last retry its texts are behind the
+# planner's cursor, and the reconciler's (shared/embeddings/batch.py).
+_EMBED_RETRIES = {
+    "autoretry_for": (*RETRYABLE, EmbeddingsError), "retry_backoff": True,
+    "retry_backoff_max": 60, "max_retries": 8,
+}  # fmt: skip
+
+
+@shared_task(name=EMBED_NEW, bind=True, **_EMBED_RETRIES)
+def embed_new(
+    self: Task, message_ids: list[int] | None = None, topic_ids: list[str] | None = None
+) -> dict[str, int | str]:
+    """The planner's job: vectors of one org's new messages or topics still missing one."""
+    return _embed(self, message_ids, topic_ids)
+
+
+@shared_task(name=EMBED_BATCH, bind=True, **_EMBED_RETRIES)
 def embed_batch(
     self: Task, message_ids: list[int] | None = None, topic_ids: list[str] | None = None
 ) -> dict[str, int | str]:
     """A backfill's or the reconciler's batch: vectors of those of these messages and
     topics still missing one of the current model; retried when the server failed."""
-    context = context_of(self.app)
+    return _embed(self, message_ids, topic_ids)
+
+
+def _embed(
+    task: Task, message_ids: list[int] | None, topic_ids: list[str] | None
+) -> dict[str, int | str]:
+    context = context_of(task.app)
     if context.embedder is None:
         return {}
     embedded = embed_texts(
-        new_uow=lambda: unit_of_work(self.app), embedder=context.embedder,
+        new_uow=lambda: unit_of_work(task.app), embedder=context.embedder,
         message_ids=message_ids or [], topic_ids=[uuid.UUID(t) for t in topic_ids or []],
         redis_client=context.redis, per_org=context.settings.embeddings_per_org,
     )  # fmt: skip

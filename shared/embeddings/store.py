@@ -59,6 +59,10 @@ def _database(uow: UnitOfWork) -> str:
 
 
 def _ensure_index(uow: UnitOfWork, table: str, model: str, dimensions: int) -> None:
+    # Before the transaction's INSERT: jobs storing a model's first vectors at once each
+    # wait for the index's lock holding no lock on the table yet. After it, each held the
+    # table's row lock that another's CREATE INDEX waits for, while waiting for its lock
+    # (a deadlock, every job of a new model retried).
     key = (_database(uow), table, model, dimensions)
     _dimensions[key[0], model] = (dimensions, time.monotonic())
     if key not in _indexed:
@@ -118,23 +122,40 @@ class Pending:
 
 def pending_messages(
     *, uow: UnitOfWork, model: str, limit: int, after_id: int = 0, through_id: int | None = None,
-    ids: Sequence[int] | None = None, older_than_s: float = 0.0,
+    ids: Sequence[int] | None = None, older_than_s: float = 0.0, texts: bool = True,
 ) -> list[Pending]:  # fmt: skip
     """User and assistant messages after `after_id` (through `through_id`; or among
-    `ids`) with no vector of `model`, oldest first: a range scan of the primary key."""
+    `ids`) with no vector of `model`, oldest first: a range scan of the primary key.
+    `texts=False` leaves each text empty (the planner needs only ids and orgs)."""
+    content = "left(m.content, :chars)" if texts else "''"
     rows = uow.session.execute(
         text(
-            "SELECT m.id, s.org_id, left(m.content, :chars) FROM messages m"
-            " JOIN sessions s ON s.id = m.session_id"
-            " WHERE m.id > :after AND (CAST(:through AS bigint) IS NULL OR m.id <= :through)"
-            " AND (CAST(:ids AS bigint[]) IS NULL OR m.id = ANY(CAST(:ids AS bigint[])))"
-            " AND m.created_at <= now() - make_interval(secs => :older)"
+            f"SELECT m.id, s.org_id, {content} FROM messages m"
+            f" JOIN sessions s ON s.id = m.session_id"
+            f" WHERE m.id > :after AND (CAST(:through AS bigint) IS NULL OR m.id <= :through)"
+            f" AND (CAST(:ids AS bigint[]) IS NULL OR m.id = ANY(CAST(:ids AS bigint[])))"
+            f" AND m.created_at <= now() - make_interval(secs => :older)"
             f" AND {MESSAGE_MISSING} ORDER BY m.id LIMIT :limit"
         ),
         {"after": after_id, "through": through_id, "ids": None if ids is None else list(ids),
          "older": older_than_s, "model": model, "limit": limit, "chars": MAX_CHARS},
     ).all()  # fmt: skip
     return [Pending(row[0], row[1], row[2]) for row in rows]
+
+
+def oldest_missing_message(
+    *, uow: UnitOfWork, model: str, after_id: int
+) -> tuple[int, dt.datetime] | None:
+    """The first message after `after_id` with no vector of `model` (id, created_at): a
+    walk of the primary key that stops at it, so it costs what was embedded since."""
+    row = uow.session.execute(
+        text(
+            f"SELECT m.id, m.created_at FROM messages m WHERE m.id > :after AND {MESSAGE_MISSING}"
+            " ORDER BY m.id LIMIT 1"
+        ),
+        {"after": after_id, "model": model},
+    ).first()
+    return None if row is None else (int(row[0]), row[1])
 
 
 def settled_message_id(*, uow: UnitOfWork, after_id: int, settle_s: float) -> int | None:
@@ -157,14 +178,16 @@ TOPIC_START: TopicCursor = (dt.datetime(1970, 1, 1, tzinfo=dt.UTC), uuid.UUID(in
 def pending_topics(
     *, uow: UnitOfWork, model: str, limit: int, after: TopicCursor = TOPIC_START,
     through: TopicCursor | None = None, ids: Sequence[uuid.UUID] | None = None,
-    older_than_s: float = 0.0,
+    older_than_s: float = 0.0, texts: bool = True,
 ) -> list[tuple[Pending, TopicCursor]]:  # fmt: skip
     """Summarized topics after the cursor (through `through`; or among `ids`) whose
-    vector is missing, of another model, or made from another title and summary."""
+    vector is missing, of another model, or made from another title and summary.
+    `texts=False` leaves each text and hash empty (the planner needs only ids and orgs)."""
     end = through or (dt.datetime.max.replace(tzinfo=dt.UTC), uuid.UUID(int=2**128 - 1))
+    content = f"left({TOPIC_TEXT}, :chars), {TOPIC_HASH}" if texts else "'', ''"
     rows = uow.session.execute(
         text(
-            f"SELECT t.id, s.org_id, left({TOPIC_TEXT}, :chars), {TOPIC_HASH}, t.summarized_at"
+            f"SELECT t.id, s.org_id, {content}, t.summarized_at"
             f" FROM topics t JOIN sessions s ON s.id = t.session_id"
             f" LEFT JOIN topic_vectors v ON v.topic_id = t.id"
             f" WHERE {TOPIC_STALE} AND (t.summarized_at, t.id) > (:after_at, :after_id)"
@@ -201,6 +224,7 @@ def store_message_vectors(
     erased meanwhile is skipped, a vector of the same model kept. Rows written."""
     if not vectors:
         return 0
+    _ensure_index(uow, MESSAGE_VECTORS, model, len(vectors[0][1]))
     written = uow.session.execute(
         text(
             "INSERT INTO message_vectors (message_id, session_id, model, embedding)"
@@ -214,7 +238,6 @@ def store_message_vectors(
         {"model": model, "ids": [i for i, _ in vectors],
          "embeddings": [vector_literal(v) for _, v in vectors]},
     ).rowcount  # type: ignore[attr-defined]  # fmt: skip
-    _ensure_index(uow, MESSAGE_VECTORS, model, len(vectors[0][1]))
     return int(written)
 
 
@@ -225,6 +248,7 @@ def store_topic_vectors(
     replacing an older one; a topic deleted meanwhile is skipped. Rows written."""
     if not vectors:
         return 0
+    _ensure_index(uow, TOPIC_VECTORS, model, len(vectors[0][1]))
     written = uow.session.execute(
         text(
             "INSERT INTO topic_vectors (topic_id, session_id, model, source_hash, embedding)"
@@ -242,7 +266,6 @@ def store_topic_vectors(
          "hashes": [p.source_hash for p, _ in vectors],
          "embeddings": [vector_literal(v) for _, v in vectors]},
     ).rowcount  # type: ignore[attr-defined]  # fmt: skip
-    _ensure_index(uow, TOPIC_VECTORS, model, len(vectors[0][1]))
     return int(written)
 
 

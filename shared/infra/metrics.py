@@ -175,8 +175,8 @@ QUERY_EMBEDDINGS = at_zero(
     ),
     [(result,) for result in QUERY_EMBEDDING_RESULTS],
 )
-# Vectors the workers made (shared/embeddings/sweep.py), by kind and result: a failed
-# text is left for the next sweep, the reconciler or a backfill.
+# Vectors the workers made (shared/embeddings/batch.py), by kind and result: a failed
+# text is left for the job's retry, the reconciler or a backfill.
 EMBEDDING_KINDS = ("message", "topic")
 # failed: the server failed; invalid: it answered vectors that cannot be stored (another
 # size than the model's, too long, not finite); deferred: the org was at its cap of calls

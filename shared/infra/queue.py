@@ -64,6 +64,7 @@ ADVANCE_REEVALUATIONS = "driftless.advance_reevaluations"
 START_STALE_REEVALUATION = "driftless.start_stale_reevaluation"
 EMBED_PENDING = "driftless.embed_pending"
 EMBED_BATCH = "driftless.embed_batch"
+EMBED_NEW = "driftless.embed_new"
 # The ticket of a model job waiting its org's turn: "run the next job of this lane".
 NEXT_MODEL_JOB = "driftless.next_model_job"
 # The jobs that call the model, and so wait in their org's list rather than in the broker.
@@ -86,9 +87,10 @@ FAST_QUEUE = "fast"
 # receiver holds webhook slots, never an evaluation's or a debounce's.
 WEBHOOK_QUEUE = "webhooks"
 # Vectors (shared/embeddings/): calls to an embeddings server, never behind a summary's
-# model call. Beat's sweep of new texts goes to `embeddings`; a backfill's (and the
-# reconciler's) batches to `embeddings_bulk`, which the same workers fetch in turn with
-# it as `llm_bulk` with `llm` (above), so a backfill never holds up new texts' sweep.
+# model call. Beat's planner and the per-org jobs of new texts it sends go to `embeddings`;
+# a backfill's (and the reconciler's) batches to `embeddings_bulk`, which the same workers
+# fetch in turn with it as `llm_bulk` with `llm` (above), so a backfill never holds up
+# new texts.
 EMBEDDINGS_QUEUE = "embeddings"
 EMBEDDINGS_BULK_QUEUE = "embeddings_bulk"
 TASK_ROUTES = {
@@ -105,6 +107,7 @@ TASK_ROUTES = {
     ADVANCE_REEVALUATIONS: {"queue": FAST_QUEUE},
     START_STALE_REEVALUATION: {"queue": FAST_QUEUE},
     EMBED_PENDING: {"queue": EMBEDDINGS_QUEUE},
+    EMBED_NEW: {"queue": EMBEDDINGS_QUEUE},
     EMBED_BATCH: {"queue": EMBEDDINGS_BULK_QUEUE},
 }
 # Every queue a worker has to consume: the routes', and the bulk lane of the LLM tasks.

@@ -15,9 +15,10 @@ each kind below is a condition the database shows when its job never ran:
   have moved the watermark;
 - memory caches: a cached memory block built from an older memory version than the
   scope's version in PostgreSQL (its invalidation job was lost);
-- vectors (while embeddings are on): messages and topics the embedding sweep passed
-  without a vector of the current model (an org's own server failed, a job was lost),
-  sent again as a batch (shared/embeddings/sweep.py: strays).
+- vectors (while embeddings are on): messages and topics the embeddings planner passed
+  that still lack a vector of the current model (an org's own server failed, a job was
+  lost or ran out of retries, a post committed late), sent again as a batch
+  (shared/embeddings/sweep.py: strays).
 
 Every kind is bounded per run, and what was just re-enqueued is not re-enqueued again
 for a while (a claim in Redis), so a queue backlog is not multiplied by each run. All
@@ -243,13 +244,13 @@ def _stray_vectors(
     *, uow: UnitOfWork, redis_client: redis.Redis | None, claims: Claims, model: str | None,
     grace: dt.timedelta, limit: int,
 ) -> tuple[int, int]:  # fmt: skip
-    """Batch jobs for texts the embedding sweep passed without a vector (counts)."""
+    """Batch jobs for texts the embeddings planner passed, still without a vector (counts)."""
     if model is None or redis_client is None:
         return 0, 0
     try:
         found = strays(uow=uow, redis_client=redis_client, model=model, grace=grace, limit=limit)
-    except redis.RedisError:  # the sweep's cursors are in Redis; the next run looks again
-        log.warning("reconcile: the embedding sweep's cursors unavailable")
+    except redis.RedisError:  # the planner's cursors are in Redis; the next run looks again
+        log.warning("reconcile: the embeddings planner's cursors unavailable")
         return 0, 0
     messages = claims.unclaimed("message_vector", found.message_ids)
     topics = claims.unclaimed("topic_vector", found.topic_ids)

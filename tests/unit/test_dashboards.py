@@ -94,6 +94,7 @@ def test_every_alert_waits_and_says_how_bad_what_and_why() -> None:
     assert {rule["alert"] for rule in alerts} >= {
         "DriftlessQueueLagHigh", "DriftlessLLMFallbackRatioHigh",
         "DriftlessReconcilerKeepsRecovering", "DriftlessWorkersDown", "DriftlessJobFailures",
+        "DriftlessEmbeddingsLagHigh",
     }  # fmt: skip
     for rule in alerts:
         assert re.fullmatch(r"\d+[smh]", rule["for"]), rule["alert"]

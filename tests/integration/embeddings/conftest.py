@@ -17,12 +17,18 @@ from flask.testing import FlaskClient
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
+from shared.auth.service import org_for_key
+from shared.embeddings.batch import Embedded, embed_batch
 from shared.embeddings.provider import Embedder, make_embedder
+from shared.embeddings.sweep import Planned, sweep
 from shared.infra.config import Settings
 from shared.infra.db.engine import make_engine, make_session_factory
 from shared.infra.db.uow import UnitOfWork
-from shared.infra.queue import CeleryJobQueue, Job, RecordingQueue
+from shared.infra.queue import EMBED_NEW, CeleryJobQueue, Job, RecordingQueue
+from shared.providers.service import set_provider
 from tests.conftest import new_key
+from tests.helpers import new_session, post_message
+from tests.integration.providers.orgs import BOX
 from tests.llm_server import FakeOpenAI
 from tests.vectors import pgvector_admin_url, vector_database_url  # noqa: F401
 from tests.worker_thread import worker_thread
@@ -39,6 +45,26 @@ class VectorSystem:
 
     def new_org(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {new_key(self.factory)}"}
+
+    def new_org_with_server(self, server: FakeOpenAI) -> tuple[dict[str, str], uuid.UUID]:
+        """An org that set its own model on `server` (its embeddings come from there)."""
+        auth = self.new_org()
+        with self.unit_of_work() as uow:
+            org_id = org_for_key(uow=uow, key=auth["Authorization"].removeprefix("Bearer "))
+            assert org_id is not None
+            set_provider(
+                uow=uow, org_id=org_id, base_url=server.base_url, api_key="sk-own",
+                model="org-chat", box=BOX, allow_private=True,
+            )  # fmt: skip
+            uow.commit()
+        return auth, org_id
+
+    def session_of(self, auth: dict[str, str], *texts: str) -> str:
+        """A new session of ada's with these user messages; its id."""
+        session = new_session(self.client, auth, user="ada")
+        for content in texts:
+            post_message(self.client, auth, session["id"], content)
+        return str(session["id"])
 
     def unit_of_work(self) -> UnitOfWork:
         return UnitOfWork(self.factory, RecordingQueue())
@@ -68,9 +94,37 @@ class VectorSystem:
         finally:
             context_of(app).engine.dispose()
 
+    def plan(self, embedder: Embedder | None = None) -> tuple[Planned, list[Job]]:
+        """Beat's tick (nothing left to settle): what it planned, and the jobs it sent."""
+        queue = RecordingQueue()
+        planned = sweep(
+            new_uow=lambda: UnitOfWork(self.factory, queue),
+            model=(embedder or self.embedder).model, redis_client=self.redis, settle_s=0,
+        )  # fmt: skip
+        return planned, queue.sent
+
+    def run(self, job: Job, embedder: Embedder | None = None) -> Embedded:
+        """One of the planner's jobs, here, as a worker runs it."""
+        assert job.task == EMBED_NEW
+        return embed_batch(
+            new_uow=self.unit_of_work, embedder=embedder or self.embedder,
+            message_ids=job.kwargs.get("message_ids", []),
+            topic_ids=[uuid.UUID(t) for t in job.kwargs.get("topic_ids", [])],
+            redis_client=self.redis, per_org=self.settings.embeddings_per_org,
+        )  # fmt: skip
+
+    def sweep(self, embedder: Embedder | None = None) -> Embedded:
+        """A tick and then its jobs, one after another: their vectors, summed."""
+        _, jobs = self.plan(embedder)
+        done = [self.run(job, embedder) for job in jobs]
+        return Embedded(*(sum(getattr(d, f) for d in done) for f in _COUNTS))
+
     def send(self, app: Celery, job: Job) -> None:
         """As beat (or the CLI) sends it, to the test's queues."""
         CeleryJobQueue(app).send(job)
+
+
+_COUNTS = ("messages", "topics", "failed_messages", "failed_topics")
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from shared.embeddings.sweep import sweep
 from shared.infra.db.engine import make_engine, make_session_factory
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import RecordingQueue
@@ -48,10 +47,9 @@ def _conversation(system: VectorSystem, auth: dict[str, str], user: str = "ada")
 
 
 def _embed_all(system: VectorSystem) -> None:
-    """What the workers' sweep does after the commit (tests/integration/embeddings/test_vectors.py
-    runs it on a real worker)."""
-    sweep(new_uow=system.unit_of_work, embedder=system.embedder, redis_client=system.redis,
-          settle_s=0)  # fmt: skip
+    """What beat's tick and the workers' jobs do after the commit
+    (tests/integration/embeddings/test_vectors.py runs them on a real worker)."""
+    system.sweep()
 
 
 def _search(system: VectorSystem, auth: dict[str, str], q: str, user: str = "ada") -> Any:

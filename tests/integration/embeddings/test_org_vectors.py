@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.auth.service import org_for_key
 from shared.embeddings.provider import Embedder, EmbeddingsTimeout, make_embedder
 from shared.embeddings.query import QueryEmbeddings
 from shared.embeddings.slots import OWN_CALLS
-from shared.embeddings.sweep import Cursors, strays, sweep
+from shared.embeddings.sweep import Cursors, strays
 from shared.infra.config import Settings
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.leases import OrgLeases
@@ -29,7 +28,7 @@ from shared.reconcile.claims import Claims
 from shared.reconcile.service import reconcile_lost_work
 from shared.search.service import SearchQuery, search
 from tests.embedding_standin import embedding
-from tests.helpers import new_session, post_message, wait_for
+from tests.helpers import wait_for
 from tests.integration.embeddings.conftest import VectorSystem
 from tests.integration.embeddings.standin_env import embeddings_on
 from tests.integration.providers.orgs import BOX, new_org, new_uow
@@ -76,29 +75,8 @@ def _routed(system: VectorSystem) -> Embedder:
     return embedder
 
 
-def _org_with_server(system: VectorSystem, server: FakeOpenAI) -> tuple[dict[str, str], uuid.UUID]:
-    auth = system.new_org()
-    with system.unit_of_work() as uow:
-        org_id = org_for_key(uow=uow, key=auth["Authorization"].removeprefix("Bearer "))
-        set_provider(
-            uow=uow, org_id=org_id, base_url=server.base_url, api_key="sk-own",
-            model="org-chat", box=BOX, allow_private=True,
-        )  # fmt: skip
-        uow.commit()
-    return auth, org_id
-
-
-def _session(system: VectorSystem, auth: dict[str, str], *texts: str) -> str:
-    session = new_session(system.client, auth, user="ada")
-    for text in texts:
-        post_message(system.client, auth, session["id"], text)
-    return str(session["id"])
-
-
 def _sweep(system: VectorSystem, embedder: Embedder) -> Any:
-    return sweep(
-        new_uow=system.unit_of_work, embedder=embedder, redis_client=system.redis, settle_s=0
-    )
+    return system.sweep(embedder)
 
 
 def _count(system: VectorSystem, sid: str) -> int:
@@ -110,16 +88,18 @@ def test_an_orgs_server_answering_another_size_fails_its_texts_alone_41(
     vectors: VectorSystem, own_server: FakeOpenAI, dimensions: int,
     caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
+    # A worker run by an earlier test leaves the root logger at its level (ERROR).
+    caplog.set_level(logging.WARNING, logger="shared.embeddings.batch")
     embedder = _routed(vectors)
-    own_auth, org_id = _org_with_server(vectors, own_server)
+    own_auth, org_id = vectors.new_org_with_server(own_server)
     fleets = vectors.new_org()
-    first = _session(vectors, fleets, "The invoices live in PostgreSQL.")
+    first = vectors.session_of(fleets, "The invoices live in PostgreSQL.")
     _sweep(vectors, embedder)  # the model's vectors are 64 long from now on
     assert _count(vectors, first) == 1
 
     own_server.embeddings_answer_with(_answer_of(dimensions))
-    theirs = _session(vectors, own_auth, "Our deadline is Friday.")
-    later = _session(vectors, fleets, "The car needs new tyres.", "Lisbon in the spring.")
+    theirs = vectors.session_of(own_auth, "Our deadline is Friday.")
+    later = vectors.session_of(fleets, "The car needs new tyres.", "Lisbon in the spring.")
     _sweep(vectors, embedder)
 
     assert len(own_server.embedding_requests) == 1
@@ -167,15 +147,15 @@ def test_a_models_first_vectors_take_their_size_from_the_fleet_not_an_orgs_serve
     vectors: VectorSystem, own_server: FakeOpenAI, fake_openai: FakeOpenAI
 ) -> None:
     embedder = _routed(vectors)
-    own_auth, _ = _org_with_server(vectors, own_server)
+    own_auth, _ = vectors.new_org_with_server(own_server)
     own_server.embeddings_answer_with(_answer_of(32))
-    theirs = _session(vectors, own_auth, "Our deadline is Friday.")
+    theirs = vectors.session_of(own_auth, "Our deadline is Friday.")
     _sweep(vectors, embedder)  # nothing of this model stored yet, only the org's texts
 
     assert _count(vectors, theirs) == 0  # 32 long: not the fleet's 64
     assert [r["input"] for r in fake_openai.embedding_requests] == [["driftless"]]
     fleets = vectors.new_org()
-    later = _session(vectors, fleets, "The car needs new tyres.")
+    later = vectors.session_of(fleets, "The car needs new tyres.")
     _sweep(vectors, embedder)
     assert _count(vectors, later) == 1
 
@@ -183,11 +163,12 @@ def test_a_models_first_vectors_take_their_size_from_the_fleet_not_an_orgs_serve
 def test_an_org_at_its_cap_of_own_server_calls_leaves_its_texts_for_later_41(
     vectors: VectorSystem, own_server: FakeOpenAI, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="shared.embeddings.batch")
     embedder = _routed(vectors)
-    own_auth, org_id = _org_with_server(vectors, own_server)
+    own_auth, org_id = vectors.new_org_with_server(own_server)
     fleets = vectors.new_org()
-    theirs = _session(vectors, own_auth, "Our deadline is Friday.")
-    others = _session(vectors, fleets, "The invoices live in PostgreSQL.")
+    theirs = vectors.session_of(own_auth, "Our deadline is Friday.")
+    others = vectors.session_of(fleets, "The invoices live in PostgreSQL.")
     leases = OrgLeases(vectors.redis, kind=OWN_CALLS, lease_s=60)
     held = [
         leases.acquire(org_id=org_id, limit=1000)
@@ -212,7 +193,7 @@ def test_a_query_vector_of_another_size_answers_by_words_and_is_not_cached_41(
     vectors: VectorSystem, fake_openai: FakeOpenAI, dimensions: int
 ) -> None:
     auth = vectors.new_org()
-    _session(vectors, auth, "We ship the billing stack on Friday.")
+    vectors.session_of(auth, "We ship the billing stack on Friday.")
     _sweep(vectors, vectors.embedder)
     fake_openai.embeddings_answer_with(_answer_of(dimensions))
     keys_before = set(vectors.redis.scan_iter("driftless:query-embedding*"))
@@ -285,7 +266,7 @@ def test_a_query_vector_of_the_configured_size_but_not_the_stored_ones_is_lexica
     """DRIFTLESS_EMBEDDINGS_DIMENSIONS changed under the same model: the stored vectors
     are what a search compares the query's with."""
     auth = vectors.new_org()
-    sid = _session(vectors, auth, "We ship the billing stack on Friday.")
+    sid = vectors.session_of(auth, "We ship the billing stack on Friday.")
     _sweep(vectors, vectors.embedder)  # 64 long
     shorter = make_embedder(vectors.settings.model_copy(update={"embeddings_dimensions": 16}))
     assert shorter is not None

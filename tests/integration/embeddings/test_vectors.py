@@ -12,9 +12,10 @@ from flask.testing import FlaskClient
 from sqlalchemy import Connection, text
 
 from shared.embeddings.backfill import send_batches
+from shared.embeddings.provider import EmbeddingsError
 from shared.embeddings.schema import MESSAGE_VECTORS, hnsw_index_name, indexed_distance
 from shared.embeddings.store import nearest_messages, store_message_vectors, vector_literal
-from shared.embeddings.sweep import Cursors, sweep
+from shared.embeddings.sweep import EMBED_TICK_S
 from shared.erasure.service import erase_user_everywhere
 from shared.infra.config import Settings
 from shared.infra.queue import EMBED_BATCH, EMBED_PENDING, Job, RecordingQueue
@@ -46,10 +47,7 @@ def _conversation(system: VectorSystem, auth: dict[str, str], user: str = "user-
 
 
 def _run_sweep(system: VectorSystem) -> Any:
-    return sweep(
-        new_uow=system.unit_of_work, embedder=system.embedder, redis_client=system.redis,
-        settle_s=0,
-    )  # fmt: skip
+    return system.sweep()
 
 
 def test_posting_embeds_nothing_and_a_workers_sweep_embeds_the_batch_in_one_call(
@@ -59,9 +57,12 @@ def test_posting_embeds_nothing_and_a_workers_sweep_embeds_the_batch_in_one_call
     assert fake_openai.embedding_requests == []  # never in the post path
     assert vectors.rows(VECTORS_OF, sid=sid) == []
     with vectors.worker() as app:
-        vectors.send(app, Job(EMBED_PENDING))  # what beat sends every couple of seconds
+        ticks = iter(range(1_000))
 
         def three() -> list[Any] | None:
+            # What beat sends every EMBED_TICK_S: a tick passes only what has settled.
+            if next(ticks) % int(EMBED_TICK_S / 0.05) == 0:
+                vectors.send(app, Job(EMBED_PENDING))
             rows = vectors.rows(VECTORS_OF, sid=sid)
             return rows if len(rows) == 3 else None
 
@@ -92,20 +93,26 @@ def test_a_second_sweep_embeds_nothing_again(
     assert len(vectors.rows(VECTORS_OF, sid=sid)) == 3
 
 
-def test_a_failing_server_leaves_the_messages_for_the_next_sweep(
+def test_a_failing_server_fails_the_job_for_its_retry_42(
     vectors: VectorSystem, fake_openai: FakeOpenAI
 ) -> None:
     sid = _conversation(vectors, vectors.new_org())
-    cursors = Cursors(vectors.redis, vectors.embedder.model)
+    _, jobs = vectors.plan()
+    ours = [job for job in jobs if set(job.kwargs["message_ids"]) & _ids_of(vectors, sid)]
+    assert len(ours) == 1  # one org's three messages: one job
     fake_openai.embeddings_fail(500)
-    failed = _run_sweep(vectors)
-    assert failed.failed_messages >= 3 and failed.messages == 0
+    with pytest.raises(EmbeddingsError):  # Celery retries it, with a backoff
+        vectors.run(ours[0])
     assert vectors.rows(VECTORS_OF, sid=sid) == []
-    assert cursors.messages() == 0  # the fleet's server failed: the cursor stayed
     fake_openai.reset()
-    _run_sweep(vectors)
+    assert vectors.run(ours[0]).messages == 3  # the retry
     assert len(vectors.rows(VECTORS_OF, sid=sid)) == 3
-    assert cursors.messages() > 0
+
+
+def _ids_of(system: VectorSystem, sid: str) -> set[int]:
+    return {
+        row[0] for row in system.rows("SELECT id FROM messages WHERE session_id = :sid", sid=sid)
+    }
 
 
 def test_a_topic_is_embedded_again_when_its_summary_changes(vectors: VectorSystem) -> None:
