@@ -195,13 +195,18 @@ class Subprocess:
 
 
 @contextlib.contextmanager
-def subprocess_running(command: list[str], environment: dict[str, str]) -> Iterator[Subprocess]:
-    """A web or worker process for the duration; stopped (SIGTERM, then SIGKILL) by its pid.
+def subprocess_running(
+    command: list[str], environment: dict[str, str], *, cwd: Path | None = None
+) -> Iterator[Subprocess]:
+    """A web or worker process for the duration (in `cwd`: another checkout's web runs in
+    its own tree); stopped (SIGTERM, then SIGKILL) by its pid.
 
     Its stderr goes to a file, never a pipe: a pipe nobody reads would block it once full.
     """
     with tempfile.NamedTemporaryFile(prefix="bench-", suffix=".log", delete=False) as log:
-        process = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL, stderr=log)
+        process = subprocess.Popen(
+            command, env=environment, cwd=cwd, stdout=subprocess.DEVNULL, stderr=log
+        )
     running = Subprocess(process, Path(log.name))
     try:
         yield running
