@@ -243,30 +243,45 @@ def server_answers(port: int) -> bool:
 
 # The servers a run can compare: the Procfile's `web` line as it is now, and the
 # threaded command it replaced in [2.3] (one stream or request per thread).
-PROCFILE = Path(__file__).resolve().parent.parent / "Procfile"
+CHECKOUT = Path(__file__).resolve().parent.parent
+PROCFILE = CHECKOUT / "Procfile"
 SERVERS = ("procfile", "gthread")
 GTHREAD = "gunicorn --bind 0.0.0.0:${PORT:-8000} --workers 2 --threads 8 web.app:create_app()"
 
 
-def server_command(server: str, port: int) -> list[str]:
+def server_command(server: str, port: int, *, tree: Path = CHECKOUT) -> list[str]:
     """The web command of `server`, bound to 127.0.0.1:port, its access log left out
-    (the same for both: a log line per request is the operator's choice, not the app's)."""
+    (the same for both: a log line per request is the operator's choice, not the app's).
+
+    `tree` is the checkout whose Procfile and virtualenv serve: this one, or another
+    one's (bench/post_path.py runs an older commit's web beside this one's)."""
     line = GTHREAD
     if server == "procfile":
-        found = re.search(r"^web:\s*(.+)$", PROCFILE.read_text(), re.MULTILINE)
+        procfile = tree / "Procfile"
+        found = re.search(r"^web:\s*(.+)$", procfile.read_text(), re.MULTILINE)
         if found is None:
-            raise SystemExit(f"{PROCFILE} has no web: line")
+            raise SystemExit(f"{procfile} has no web: line")
         line = found.group(1)
     words = shlex.split(line.replace("${PORT:-8000}", str(port)))
     words = [w.replace(f"0.0.0.0:{port}", f"127.0.0.1:{port}") for w in words]
-    return [str(BIN / words[0]), *words[1:]]
+    programs = BIN if tree == CHECKOUT else tree / ".venv" / "bin"
+    return [str(programs / words[0]), *words[1:]]
 
 
 @contextlib.contextmanager
-def web_server(env: BenchEnv, server: str) -> Iterator[tuple[int, Subprocess]]:
-    """`server`'s web command as a subprocess on a free port, once /healthz answers."""
+def web_server(
+    env: BenchEnv,
+    server: str,
+    *,
+    tree: Path = CHECKOUT,
+    environment: dict[str, str] | None = None,
+) -> Iterator[tuple[int, Subprocess]]:
+    """`server`'s web command (of the checkout `tree`) as a subprocess on a free port, once
+    /healthz answers; `environment` replaces the bench's (another database, say)."""
     port = free_port()
-    with subprocess_running(server_command(server, port), env.process_environment()) as process:
+    command = server_command(server, port, tree=tree)
+    environment = environment or env.process_environment()
+    with subprocess_running(command, environment, cwd=tree) as process:
         wait_until(lambda: server_answers(port), timeout_s=60, what="gunicorn", process=process)
         yield port, process
         process.check_alive("gunicorn")

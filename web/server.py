@@ -18,6 +18,12 @@ stock loop would wait `--keep-alive` for another request), and the worker exits 
 as its connections are gone: on SIGTERM (a graceful stop) and on SIGINT or SIGQUIT (a
 quick one, which waits at most `QUIT_WAIT_S` for the streams to say goodbye).
 
+A response leaves in one send: gunicorn writes its header block and its body in two
+(`sendall` each, a getsockopt and a sendto in gevent), and on this project's hosts a
+loopback send is the dearest call of a message post (py-spy, [4.2]). The worker hands
+the response a socket that holds the header block until the body's first bytes, or the
+end of the request, whichever comes first.
+
 Only this module is imported by gunicorn's master (it loads the worker class before it
 forks); the worker monkey-patches the standard library in its own process, as the
 stock class does.
@@ -38,14 +44,45 @@ QUIT_WAIT_S = 1.0
 SHUTDOWN = "shutdown"
 
 
+class OneSendResponses:
+    """A client socket whose next header block waits for the first bytes after it, so
+    that a response and its headers go in one `sendall`; anything else done with the
+    socket (sendfile, shutdown, close, a timeout) sends what waits first."""
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self._held = b""
+
+    def sendall(self, data: bytes) -> None:
+        if self._held:
+            data, self._held = self._held + data, b""
+        elif data.startswith(b"HTTP/") and data.endswith(b"\r\n\r\n"):
+            self._held = bytes(data)  # gunicorn's send_headers: the body comes next
+            return
+        self._sock.sendall(data)
+
+    def flush(self) -> None:
+        if self._held:
+            held, self._held = self._held, b""
+            self._sock.sendall(held)
+
+    def __getattr__(self, name: str) -> Any:
+        self.flush()
+        return getattr(self._sock, name)
+
+
 class FairGeventWorker(GeventWorker):
     """The stock gevent worker, yielding to the process's other greenlets after each
     request, so the requests of every connection run in turn, and ending its event
     streams when it stops."""
 
-    def handle_request(self, *args: Any) -> Any:
+    def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> Any:
+        responses = OneSendResponses(sock)
         try:
-            answered = super().handle_request(*args)
+            try:
+                answered = super().handle_request(listener_name, req, responses, addr)
+            finally:
+                responses.flush()  # a response without a body (204, HEAD): its headers
         finally:
             # Back of the queue: the greenlets whose requests arrived meanwhile run first.
             try:

@@ -11,6 +11,9 @@ second (shared/orgs/ratelimit.py) are all buckets of this module.
   refill each by the time elapsed, then take the costs if every bucket holds them, or
   say how long until they would. A cost larger than a whole bucket still goes once the
   bucket is full, leaving a debt.
+- A request limiter takes one token at a time, and may take a few spare ones with it
+  (`take_one`) while the bucket stays well filled: its next requests spend them without
+  a round trip (shared/orgs/ratelimit.py says when that is exact enough).
 - A key expires once its bucket would be full again, which is what a missing key means:
   an idle bucket costs nothing. Waits and expiries are capped at `MAX_MS`, so a tiny
   rate (1e-20 a second) neither overflows Redis's integers nor lets its key expire early:
@@ -100,6 +103,28 @@ return tostring(level)
 """
 )
 
+# KEYS: a bucket. ARGV: MAX_MS, rate a second (> 0), capacity, spare, floor.
+# Takes one token and, when the bucket still holds `floor` after them, `spare` more.
+# Returns {granted, wait_ms, level, spare taken}; the level as a string (as _TAKE's).
+_TAKE_ONE = (
+    _ELAPSED
+    + """
+local rate = tonumber(ARGV[2]) / 1000000
+local capacity = tonumber(ARGV[3])
+local spare = tonumber(ARGV[4])
+local t = redis.call('TIME')
+local level = refilled(KEYS[1], t, rate, capacity)
+if level < 1 then
+  return {0, math.ceil(math.min(MAX_MS, (1 - level) / rate / 1000)), tostring(level), 0}
+end
+level = level - 1
+if level - spare < tonumber(ARGV[5]) then spare = 0 end
+level = level - spare
+store(KEYS[1], t, level, rate, capacity)
+return {1, 0, tostring(level), spare}
+"""
+)
+
 
 @dataclass(frozen=True)
 class Rate:
@@ -116,6 +141,7 @@ class Taken:
     granted: bool
     wait_ms: int
     levels: tuple[float, ...]
+    spare: int = 0  # tokens taken beyond the cost, for the caller to spend later (take_one)
 
 
 class Buckets:
@@ -124,6 +150,7 @@ class Buckets:
     def __init__(self, client: redis.Redis) -> None:
         self._take = client.register_script(_TAKE)
         self._adjust = client.register_script(_ADJUST)
+        self._take_one = client.register_script(_TAKE_ONE)
 
     def take(
         self,
@@ -140,6 +167,13 @@ class Buckets:
             args += [max(rate.per_s, 0.0), rate.capacity, cost]
         granted, wait_ms, *levels = self._take(keys=list(keys), args=args)
         return Taken(bool(granted), int(wait_ms), tuple(float(level) for level in levels))
+
+    def take_one(self, key: str, rate: Rate, *, spare: int = 0, floor: float = 0) -> Taken:
+        """Take one token from a bucket with a limit (one round trip) and, if it still
+        holds `floor` after them, `spare` more (`Taken.spare`: how many were)."""
+        args = [MAX_MS, rate.per_s, rate.capacity, spare, floor]
+        granted, wait_ms, level, spared = self._take_one(keys=[key], args=args)
+        return Taken(bool(granted), int(wait_ms), (float(level),), int(spared))
 
     def adjust(self, key: str, rate: Rate, delta: float) -> float:
         """Debit (delta > 0) or refund (delta < 0) a bucket with a limit; its new level."""
