@@ -6,14 +6,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 
 from celery import Task
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from shared.infra import fleet_trial
 from shared.infra.bootstrap import Runtime
-from shared.infra.fair import LANES, FairJob, Lane
+from shared.infra.fair import LANES, FairJob, FairQueue, Lane
 from shared.infra.queue import Job, ticket
 from shared.llm.ratelimit import RateLimited
 from worker.metrics import JOB_WAIT, serving
@@ -62,7 +64,8 @@ def serve_next(
         started = time.time()
         serving(task, job.task)
         try:
-            outcome = jobs[job.task](task.app, **job.kwargs)
+            with _trial(fair, lane, turn.trial):
+                outcome = jobs[job.task](task.app, **job.kwargs)
         except RateLimited as exc:
             # Nothing written (the services write after the call): its org waits its quota.
             fair.yield_turn(lane, job, hold_s=exc.retry_after_s, fleet=exc.fleet)
@@ -86,6 +89,13 @@ def serve_next(
     if wait_s <= 0 or fair.park(lane, wait_s=wait_s):
         runtime.queue.send(replace(ticket(lane), countdown=wait_s or None))
     return "waiting"
+
+
+def _trial(fair: FairQueue, lane: Lane, token: str | None) -> AbstractContextManager[None]:
+    """The job's hold on the lane's fleet trial, if the pop gave it one (fair.py)."""
+    if token is None:
+        return nullcontext()
+    return fleet_trial.holding(lambda: fair.end_trial(lane, token))
 
 
 def _send_back(runtime: Runtime, lane: Lane, job: FairJob, *, countdown: float) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -45,12 +46,17 @@ return n
 """
 
 # KEYS: ring, the lane's fleet hold, parked tickets. ARGV: prefix of the orgs' lists,
-# prefix of their holds, prefix of their fleet marks. The org at the head gives its
-# oldest job and goes to the tail if it has more. An org that yields its turn (held, or
-# marked as the fleet's model's while the fleet's quota is held) goes to the tail with
-# its jobs. A ring entry whose list is gone (keys evicted) is dropped. At most SKIPS
-# orgs are looked at. Returns {job or false, ms until one may be admissible (-1: none
-# waits; 0: orgs not looked at remain), a parked ticket to send (0 or 1)}.
+# prefix of their holds, prefix of their fleet marks, SKIPS, NEXT_LOOK_MS, TRIAL_MS, the
+# trial's token. The
+# org at the head gives its oldest job and goes to the tail if it has more. An org that
+# yields its turn (held, or marked as the fleet's model's while the fleet's quota is
+# held) goes to the tail with its jobs. A marked org served once the hold lapsed takes
+# the lane's *trial*: the hold again, for TRIAL_MS or until its call is granted
+# (`end_trial`), so that the tickets of a refill do not race the next marked orgs to the
+# bucket; its mark goes (a refusal sets it again). A ring entry whose list is gone (keys
+# evicted) is dropped. At most SKIPS orgs are looked at. Returns {job or false, ms until
+# one may be admissible (-1: none waits; 0: orgs not looked at remain), a parked ticket
+# to send (0 or 1), 1 if the job holds the trial}.
 _POP = """
 local skipped, soonest = 0, false
 local fleet_held = redis.call('PTTL', KEYS[2])
@@ -60,9 +66,8 @@ for _ = 1, tonumber(ARGV[4]) do
   local list = ARGV[1] .. org
   if redis.call('EXISTS', list) == 1 then
     local held = redis.call('PTTL', ARGV[2] .. org)
-    if held <= 0 and fleet_held > 0 and redis.call('EXISTS', ARGV[3] .. org) == 1 then
-      held = fleet_held
-    end
+    local marked = held <= 0 and redis.call('EXISTS', ARGV[3] .. org) == 1
+    if marked and fleet_held > 0 then held = fleet_held end
     if held > 0 then
       redis.call('RPUSH', KEYS[1], org)
       skipped = skipped + 1
@@ -75,22 +80,37 @@ for _ = 1, tonumber(ARGV[4]) do
         redis.call('DECR', KEYS[3])
         release = 1
       end
-      return {job, 0, release}
+      if marked then
+        redis.call('SET', KEYS[2], ARGV[7], 'PX', ARGV[6])
+        redis.call('DEL', ARGV[3] .. org)
+        return {job, 0, release, 1}
+      end
+      return {job, 0, release, 0}
     end
   end
 end
 if redis.call('LLEN', KEYS[1]) > skipped then
-  return {false, math.min(soonest or 0, tonumber(ARGV[5])), 0}
+  return {false, math.min(soonest or 0, tonumber(ARGV[5])), 0, 0}
 end
 if not soonest then
   -- No job waits: any ticket still parked is a spare one (a reconciler's top-up).
   redis.call('DEL', KEYS[3])
-  return {false, -1, 0}
+  return {false, -1, 0, 0}
 end
-return {false, soonest, 0}
+return {false, soonest, 0, 0}
 """
 # Orgs a pop looks at, at most: the skipping of orgs that yield is bounded per pop.
 SKIPS = 16
+# The longest a trial holds the fleet's marked orgs back: from a pop to its call's turn at
+# the bucket (a job that never asks ends it when it ends: worker/fair.py).
+TRIAL_MS = 5000
+
+# KEYS: the lane's fleet hold. ARGV: the trial's token. Ends this trial, never a hold a
+# refusal set meanwhile or a later trial.
+_END_TRIAL = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 
 # KEYS: ring, the org's list, its hold (or the lane's fleet hold), its fleet mark.
 # ARGV: org, job, hold ms, fleet mark ms, 1 if the fleet's quota refused it. The job
@@ -197,6 +217,7 @@ class Turn:
     job: FairJob | None
     retry_in_s: float | None = None
     release: bool = False
+    trial: str | None = None  # the token of the lane's fleet trial the job holds (`end_trial`)
 
 
 class FairQueue:
@@ -209,6 +230,7 @@ class FairQueue:
         self._yield = client.register_script(_YIELD)
         self._park = client.register_script(_PARK)
         self._unpark = client.register_script(_UNPARK)
+        self._end_trial = client.register_script(_END_TRIAL)
         self._waiting = client.register_script(_WAITING)
 
     def push(self, lane: Lane, job: FairJob) -> None:
@@ -221,7 +243,8 @@ class FairQueue:
 
     def take(self, lane: Lane) -> Turn:
         """The next admissible org's oldest job, or how long until one may be (one round trip)."""
-        raw, wait_ms, release = self._pop(
+        token = f"trial:{uuid.uuid4().hex}"
+        raw, wait_ms, release, trial = self._pop(
             keys=[_ring(lane), _key(lane, "fleet-held"), _key(lane, "parked")],
             args=[
                 _jobs_prefix(lane),
@@ -229,10 +252,12 @@ class FairQueue:
                 _key(lane, "fleet:"),
                 SKIPS,
                 NEXT_LOOK_MS,
+                TRIAL_MS,
+                token,
             ],
         )
         if raw:
-            return Turn(FairJob.decode(raw), release=bool(release))
+            return Turn(FairJob.decode(raw), release=bool(release), trial=token if trial else None)
         return Turn(None, retry_in_s=None if int(wait_ms) < 0 else int(wait_ms) / 1000)
 
     def yield_turn(self, lane: Lane, job: FairJob, *, hold_s: float, fleet: bool) -> None:
@@ -247,6 +272,10 @@ class FairQueue:
                 1 if fleet else 0,
             ],
         )  # fmt: skip
+
+    def end_trial(self, lane: Lane, token: str) -> None:
+        """The trial's call was granted (or its job ended): the marked orgs may try again."""
+        self._end_trial(keys=[_key(lane, "fleet-held")], args=[token])
 
     def park(self, lane: Lane, *, wait_s: float) -> bool:
         """A ticket that found nothing admissible: True if it is to wake the lane in

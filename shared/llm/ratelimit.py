@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 import redis
 
+from shared.infra import fleet_trial
 from shared.infra.bucket import Buckets, Rate
 from shared.llm.base import LLM, Completion, DriftRequest, LLMError, SummaryRequest
 from shared.llm.prompts import drift_messages, summary_messages
@@ -210,6 +211,8 @@ def wait_for_room(
                 f"the LLM rate limiter is unavailable: {exc}", retry_after_s=5.0
             ) from exc
         if result.granted:
+            if fleet:
+                fleet_trial.granted()  # the next org the quota refused may try now
             return slept
         wait_s = result.wait_ms / 1000
         remaining = deadline - clock()

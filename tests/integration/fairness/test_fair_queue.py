@@ -3,6 +3,7 @@ across orgs, FIFO within one, lanes apart, and a ticket for every job sent."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -178,6 +179,45 @@ def test_the_fleets_quota_holds_only_the_orgs_it_refused_41(fair: FairQueue) -> 
     assert drain(fair) == ["own-0"]  # A back at the ring's head, passed over while held
     fair.push("live", job("b", 0))  # not yet refused by the fleet's quota: it may ask
     assert drain(fair) == ["b-0"]
+
+
+def test_at_a_refill_one_refused_org_tries_the_fleets_quota_at_a_time_42(
+    fair: FairQueue,
+) -> None:
+    # A and B were both refused by the fleet's quota; B's turn is next when it refills.
+    for org in ("b", "a", "a"):
+        fair.push("live", job(org, len(org)))
+    b, a = fair.pop("live"), fair.pop("live")
+    assert b is not None and a is not None
+    fair.yield_turn("live", a, hold_s=0.001, fleet=True)
+    fair.yield_turn("live", b, hold_s=0.001, fleet=True)  # B back at the ring's head
+    time.sleep(0.01)  # the refill: the hold lapsed
+    first = fair.take("live")
+    assert first.job == b and first.trial is not None
+    # A second ticket of the same refill finds A yielding to B's trial, not racing it.
+    second = fair.take("live")
+    assert second.job is None and second.retry_in_s is not None and second.retry_in_s > 1
+    fair.end_trial("live", first.trial)  # B's call was granted
+    third = fair.take("live")
+    assert third.job == a and third.trial is not None  # A's turn, and A's trial
+    assert fair.take("live").job == job("a", 1)  # A's mark went with its trial
+
+
+def test_a_trial_ends_only_itself_never_a_refusals_hold_42(fair: FairQueue) -> None:
+    for n in range(2):
+        fair.push("live", job("a", n))
+    refused = fair.pop("live")
+    assert refused is not None
+    fair.yield_turn("live", refused, hold_s=0.001, fleet=True)
+    time.sleep(0.01)
+    trial = fair.take("live")
+    assert trial.job == job("a", 0) and trial.trial is not None
+    fair.yield_turn("live", job("a", 0), hold_s=60, fleet=True)  # refused again: a real wait
+    fair.end_trial("live", trial.trial)  # the job ends: its trial was replaced already
+    fair.push("live", job("b", 0))
+    assert drain(fair) == ["b-0"]  # B, never refused, is not held; A still is
+    held = fair.take("live")
+    assert held.job is None and held.retry_in_s is not None and held.retry_in_s > 50
 
 
 def test_a_pop_looks_at_a_bounded_number_of_held_orgs_41(fair: FairQueue) -> None:
