@@ -24,6 +24,7 @@ lost with Redis are found by the reconciler from PostgreSQL, as any lost job is.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 import uuid
@@ -31,6 +32,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import redis
+
+log = logging.getLogger(__name__)
 
 Lane = Literal["live", "bulk"]
 LANES: tuple[Lane, ...] = ("live", "bulk")
@@ -274,8 +277,13 @@ class FairQueue:
         )  # fmt: skip
 
     def end_trial(self, lane: Lane, token: str) -> None:
-        """The trial's call was granted (or its job ended): the marked orgs may try again."""
-        self._end_trial(keys=[_key(lane, "fleet-held")], args=[token])
+        """The trial's call was granted (or its job ended): the marked orgs may try again.
+        Never raises: it runs inside a model call and after a job, and a trial Redis
+        could not end lapses on its own within TRIAL_MS."""
+        try:
+            self._end_trial(keys=[_key(lane, "fleet-held")], args=[token])
+        except redis.RedisError as exc:
+            log.warning("fair queue %s: the fleet trial not ended, it lapses: %s", lane, exc)
 
     def park(self, lane: Lane, *, wait_s: float) -> bool:
         """A ticket that found nothing admissible: True if it is to wake the lane in

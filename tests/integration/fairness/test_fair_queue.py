@@ -249,3 +249,14 @@ def test_a_lane_found_empty_forgets_its_parked_tickets_41(fair: FairQueue, redis
     client.close()
     assert fair.take("live").retry_in_s is None  # the lane is empty...
     assert fair.waiting("live").parked == 0  # ...and its spare ticket is not counted
+
+
+def test_a_trial_redis_cannot_end_lapses_instead_of_failing_the_model_call_42(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # It is ended from inside the model call (the bucket's grant): a Redis error there
+    # must not become the call's error. Nothing listens on port 1.
+    unreachable = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
+    caplog.set_level("WARNING", logger="shared.infra.fair")
+    FairQueue(unreachable).end_trial("live", "trial:gone")
+    assert "the fleet trial not ended" in caplog.text
