@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import replace
 
 from celery import Task
@@ -64,11 +64,8 @@ def serve_next(
         started = time.time()
         serving(task, job.task)
         try:
-            with _trial(fair, lane, turn.trial):
-                outcome = jobs[job.task](task.app, **job.kwargs)
+            outcome = _run(fair, lane, job, turn.trial, jobs[job.task], task)
         except RateLimited as exc:
-            # Nothing written (the services write after the call): its org waits its quota.
-            fair.yield_turn(lane, job, hold_s=exc.retry_after_s, fleet=exc.fleet)
             wait_s = exc.retry_after_s
             continue
         except (OperationalError, PoolTimeout):
@@ -91,11 +88,23 @@ def serve_next(
     return "waiting"
 
 
-def _trial(fair: FairQueue, lane: Lane, token: str | None) -> AbstractContextManager[None]:
-    """The job's hold on the lane's fleet trial, if the pop gave it one (fair.py)."""
-    if token is None:
-        return nullcontext()
-    return fleet_trial.holding(lambda: fair.end_trial(lane, token))
+def _run(
+    fair: FairQueue, lane: Lane, job: FairJob, trial: str | None,
+    run: Callable[..., str], task: Task,
+) -> str:  # fmt: skip
+    """The job, holding the lane's fleet trial if the pop gave it one (fair.py). A job a
+    quota turns away has written nothing (the services write after the call): its org
+    yields its turn, and does so before the trial ends, so that a fleet refusal's hold
+    replaces the trial with no moment between them where the next refused org may pop."""
+    holding = nullcontext() if trial is None else fleet_trial.holding(
+        lambda: fair.end_trial(lane, trial)
+    )  # fmt: skip
+    with holding:
+        try:
+            return run(task.app, **job.kwargs)
+        except RateLimited as exc:
+            fair.yield_turn(lane, job, hold_s=exc.retry_after_s, fleet=exc.fleet)
+            raise
 
 
 def _send_back(runtime: Runtime, lane: Lane, job: FairJob, *, countdown: float) -> None:
