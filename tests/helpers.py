@@ -83,3 +83,14 @@ def scrape(port: int) -> Samples:
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
+
+
+class RecordingSender:
+    """What CeleryJobQueue needs of a Celery app, recording what it sends (no broker)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any], Any]] = []
+
+    def send_task(self, name: str, *, kwargs: dict[str, Any], countdown: Any, headers: Any,
+                  **options: Any) -> None:  # fmt: skip
+        self.sent.append((name, kwargs, options.get("queue")))

@@ -6,17 +6,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import replace
 
-from celery import Task
+from celery import Celery, Task
+from redis.exceptions import RedisError
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from shared.infra import fleet_trial
 from shared.infra.bootstrap import Runtime
 from shared.infra.fair import LANES, FairJob, FairQueue, Lane
-from shared.infra.queue import Job, ticket
+from shared.infra.queue import LLM_BULK_QUEUE, LLM_QUEUE, Job, ticket
 from shared.llm.ratelimit import RateLimited
 from worker.metrics import JOB_WAIT, serving
 
@@ -28,6 +29,8 @@ RETRY_AFTER_S = 5.0
 # Tickets the reconciler sends a lane at most per pass: enough to restart a stalled lane,
 # few enough that a wrong guess costs only empty tickets.
 TOP_UP_TICKETS = 100
+# Where each lane's tickets wait in the broker (shared/infra/queue.py: CeleryJobQueue).
+QUEUE_OF_LANE: dict[Lane, str] = {"live": LLM_QUEUE, "bulk": LLM_BULK_QUEUE}
 # Orgs a ticket tries, whose jobs their quotas turn away, before it parks.
 TRIES = 4
 
@@ -52,9 +55,10 @@ def serve_next(
     """
     runtime: Runtime = task.app.driftless
     fair = runtime.fair
+    runner = runtime.heartbeat.runner()  # the job popped is marked running by this process
     wait_s: float | None = None
     for _ in range(TRIES):
-        turn = fair.take(lane)
+        turn = fair.take(lane, runner=runner)
         if turn.release:
             runtime.queue.send(ticket(lane))
         job = turn.job
@@ -64,22 +68,24 @@ def serve_next(
         started = time.time()
         serving(task, job.task)
         try:
-            outcome = _run(fair, lane, job, turn.trial, jobs[job.task], task)
-        except RateLimited as exc:
+            outcome = _run(fair, lane, job, turn.trial, jobs[job.task], task, runner)
+        except RateLimited as exc:  # back in its org's list, marked queued again
             wait_s = exc.retry_after_s
             continue
         except (OperationalError, PoolTimeout):
             log.warning(
                 "%s %s: database unavailable, sent back", job.task, job.kwargs, exc_info=True
             )
-            _send_back(runtime, lane, job, countdown=RETRY_AFTER_S)
+            _send_back(runtime, lane, job, countdown=RETRY_AFTER_S)  # marked held there
+            _done(runtime, lane, job, runner)
             return "retry"
         except Exception:
             on_failure(job)
+            with suppress(RedisError):  # the job's own error is the one to raise
+                _done(runtime, lane, job, runner)  # lost: the reconciler sends it again
             raise
         JOB_WAIT.labels(lane).observe(max(0.0, started - job.pushed_at))
-        if fair.unpark(lane):  # the job's slot is free: a parked ticket tries again
-            runtime.queue.send(ticket(lane))
+        _done(runtime, lane, job, runner)
         return outcome
     if wait_s is None:
         return "empty"
@@ -88,9 +94,16 @@ def serve_next(
     return "waiting"
 
 
+def _done(runtime: Runtime, lane: Lane, job: FairJob, runner: str) -> None:
+    """The job ended: no longer marked running; its slot is free, so a parked ticket
+    (if any) tries again."""
+    if runtime.fair.done(lane, job, runner=runner):
+        runtime.queue.send(ticket(lane))
+
+
 def _run(
     fair: FairQueue, lane: Lane, job: FairJob, trial: str | None,
-    run: Callable[..., str], task: Task,
+    run: Callable[..., str], task: Task, runner: str,
 ) -> str:  # fmt: skip
     """The job, holding the lane's fleet trial if the pop gave it one (fair.py). A job a
     quota turns away has written nothing (the services write after the call): its org
@@ -103,7 +116,7 @@ def _run(
         try:
             return run(task.app, **job.kwargs)
         except RateLimited as exc:
-            fair.yield_turn(lane, job, hold_s=exc.retry_after_s, fleet=exc.fleet)
+            fair.yield_turn(lane, job, hold_s=exc.retry_after_s, fleet=exc.fleet, runner=runner)
             raise
 
 
@@ -111,24 +124,40 @@ def _send_back(runtime: Runtime, lane: Lane, job: FairJob, *, countdown: float) 
     runtime.queue.send(Job(job.task, job.kwargs, countdown=countdown, lane=lane, org=job.org))
 
 
-def top_up(runtime: Runtime, *, period_s: float) -> dict[str, int]:
-    """Tickets for lanes whose oldest job has waited longer than a reconcile period.
+def top_up(
+    runtime: Runtime, *, period_s: float, tickets_queued: Mapping[Lane, int] | None = None
+) -> dict[str, int]:
+    """Tickets for lanes whose oldest job has waited longer than a reconcile period, as
+    many as the lane has jobs without a ticket.
 
-    Its ticket may have been lost (sent after the push failed, or dropped with the
-    broker's data); a ticket parked while its org waits out a quota is not. A ticket too
-    many finds an empty lane and ends at once, so a lane that is only slow costs a few
-    empty runs, never a job run twice.
+    A ticket may have been lost (sent after the push failed, or dropped with the broker's
+    data). Not lost: one parked while its org waits out a quota, and one still in the
+    broker's queue (`tickets_queued`, a lane's queue length: a backlog's tickets wait
+    there with its jobs). A ticket too many finds an empty lane and ends at once, so a
+    wrong guess costs a few empty runs, never a job run twice.
     """
     sent: dict[str, int] = {}
     for lane in LANES:
         waiting = runtime.fair.waiting(lane)
-        # Jobs whose orgs wait out a quota hold parked tickets: those are not lost.
-        missing = waiting.jobs - waiting.parked
+        in_broker = (tickets_queued or {}).get(lane, 0)
+        missing = waiting.jobs - waiting.parked - in_broker
         if missing > 0 and waiting.oldest_s > period_s:
             count = min(missing, TOP_UP_TICKETS)
             for _ in range(count):
                 runtime.queue.send(ticket(lane))
             sent[lane] = count
-            log.info("fair queue %s: %d tickets topped up (oldest %.0f s)", lane, count,
-                     waiting.oldest_s)  # fmt: skip
+            log.warning("fair queue %s: %d tickets topped up (oldest %.0f s, %d jobs, %d"
+                        " tickets queued)", lane, count, waiting.oldest_s, waiting.jobs,
+                        in_broker)  # fmt: skip
     return sent
+
+
+def tickets_queued(app: Celery) -> dict[Lane, int]:
+    """Each lane's queue length in the broker: its tickets not yet fetched by a worker
+    (and the few model jobs sent there with a countdown). One round trip a lane."""
+    with app.connection_for_read() as connection:
+        channel = connection.default_channel
+        return {
+            lane: int(channel.queue_declare(queue=QUEUE_OF_LANE[lane]).message_count)
+            for lane in LANES
+        }

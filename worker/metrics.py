@@ -115,11 +115,12 @@ DEBOUNCE_FIRES = at_zero(
 RECONCILE_RECOVERED = at_zero(
     Counter(
         "driftless_reconcile_recovered_total",
-        "Lost work the reconciler found, by kind (summaries and evaluations enqueued again,"
-        " stale memory_caches invalidated)",
+        "Lost work the reconciler sent again, by kind (summaries and evaluations nothing"
+        " held, stale memory_caches invalidated, vectors, tickets of model jobs that lost"
+        " theirs)",
         ["kind"],
     ),
-    [(kind.name,) for kind in fields(Reconciled)],
+    [*((kind.name,) for kind in fields(Reconciled)), ("tickets",)],
 )
 QUEUE_DEPTH = "driftless_queue_depth"
 # Short: a scrape (and the liveness probe, which is one) must answer while Redis hangs.

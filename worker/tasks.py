@@ -8,6 +8,7 @@ import datetime as dt
 import logging
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 from celery import Celery, Task, shared_task
@@ -21,7 +22,7 @@ from shared.embeddings.sweep import sweep as embed_sweep
 from shared.evaluations.pipeline import evaluation_job
 from shared.evaluations.requests import sweep_idle as sweep
 from shared.evaluations.summarize import summary_job
-from shared.infra.fair import Lane
+from shared.infra.fair import Lane, subject_of
 from shared.infra.queue import (
     ADVANCE_REEVALUATIONS,
     DELIVER_WEBHOOK,
@@ -52,7 +53,7 @@ from shared.webhooks.delivery import deliver
 from shared.webhooks.service import dispatch_overdue
 from shared.webhooks.slots import WebhookSlots
 from worker.context import context_of, unit_of_work
-from worker.fair import serve_next, top_up
+from worker.fair import serve_next, tickets_queued, top_up
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,15 @@ def _within_quota(task: Task) -> Iterator[None]:
         raise task.retry(
             exc=exc, countdown=exc.retry_after_s, max_retries=task.request.retries + 1
         ) from exc
+
+
+def _held_while_running(task: Task, name: str, topic_id: str) -> AbstractContextManager[None]:
+    """A model job from the broker is marked held while it runs, and while Celery retries
+    it (shared/infra/held.py): the reconciler does not send it again meanwhile."""
+    runtime = context_of(task.app)
+    return runtime.held.running(
+        subject_of(name, {"topic_id": topic_id}), runtime.heartbeat.runner()
+    )
 
 
 def settle(app: Celery, campaign_id: str, topic_id: str, *, failed: bool) -> None:
@@ -162,7 +172,7 @@ def summarize_topic(
     self: Task, topic_id: str, trigger: str = "topic_closed", campaign_id: str | None = None
 ) -> str:
     """A summary sent straight to the broker (a retry's backoff, a job from before tickets)."""
-    with _within_quota(self):
+    with _held_while_running(self, SUMMARIZE_TOPIC, topic_id), _within_quota(self):
         return run_summary(self.app, topic_id=topic_id, trigger=trigger, campaign_id=campaign_id)
 
 
@@ -183,7 +193,8 @@ def invalidate_memory(self: Task, org_id: str, agent_id: str, user_id: str) -> N
 
 @shared_task(name=RECONCILE, bind=True)
 def reconcile(self: Task) -> dict[str, int]:
-    """Beat, every DRIFTLESS_RECONCILE_S: re-enqueue work whose job was lost (counts per kind)."""
+    """Beat, every DRIFTLESS_RECONCILE_S: re-enqueue work whose job was lost (counts per
+    kind; `tickets`: model jobs that lost their ticket and got a new one)."""
     context = context_of(self.app)
     reconciled = reconcile_lost(
         new_uow=lambda: unit_of_work(self.app),
@@ -193,11 +204,24 @@ def reconcile(self: Task) -> dict[str, int]:
         drift_interval=context.settings.drift_interval,
         embedding_model=None if context.embedder is None else context.embedder.model,
     )
+    tickets: dict[str, int] = {}
     try:  # a model job whose ticket was lost gets one
-        top_up(context, period_s=context.settings.reconcile_s)
+        tickets = top_up(
+            context, period_s=context.settings.reconcile_s,
+            tickets_queued=_tickets_queued(self.app),
+        )  # fmt: skip
     except RedisError as exc:
         log.warning("fair queue unavailable to top up: %s", exc)
-    return reconciled.as_dict()
+    return {**reconciled.as_dict(), "tickets": sum(tickets.values())}
+
+
+def _tickets_queued(app: Celery) -> dict[Lane, int] | None:
+    """None when the broker cannot say: then every job without a parked ticket may lack one."""
+    try:
+        return tickets_queued(app)
+    except Exception as exc:  # kombu's errors vary by transport
+        log.warning("broker queue lengths unavailable: %s", exc)
+        return None
 
 
 @shared_task(name=PURGE_IDLE_SESSIONS, bind=True)
@@ -217,7 +241,7 @@ def purge_idle_sessions(self: Task) -> dict[str, int]:
 @shared_task(name=EVALUATE_TOPIC, base=CampaignJob, **LLM_TASK_OPTIONS)
 def evaluate_topic(self: Task, topic_id: str, trigger: str, campaign_id: str | None = None) -> str:
     """An evaluation sent straight to the broker (a retry's backoff, a job from before tickets)."""
-    with _within_quota(self):
+    with _held_while_running(self, EVALUATE_TOPIC, topic_id), _within_quota(self):
         return run_evaluation(self.app, topic_id=topic_id, trigger=trigger, campaign_id=campaign_id)
 
 

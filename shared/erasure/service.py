@@ -23,6 +23,8 @@ from shared.curation.models import MemoryChange
 from shared.evaluations.models import Evaluation
 from shared.facts.models import FactsDocument, FactVersion
 from shared.infra.db.uow import UnitOfWork
+from shared.infra.held import forget_held
+from shared.infra.queue import MODEL_TASKS
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
 from shared.memory.versions import MemoryVersion
@@ -138,9 +140,11 @@ def erase_user(*, uow: UnitOfWork, scope: Scope) -> Erased:
 
 def forget_in_redis(client: redis.Redis, scope: Scope, erased: Erased) -> int:
     """Drop every Redis key of what was erased: the scope's memory cache and its
-    generation, working memory, debounce state and guards, reconcile claims."""
+    generation, working memory, debounce state and guards, reconcile claims, and the
+    marks of their model jobs."""
     removed = MemoryCache(client).forget(scope)
     removed += sum(forget_working_memory(client, session_id) for session_id in erased.session_ids)
     removed += sum(forget_topic(client, topic_id) for topic_id in erased.topic_ids)
     removed += forget_claims(client, erased.topic_ids)
+    removed += forget_held(client, sorted(MODEL_TASKS), erased.topic_ids)
     return removed

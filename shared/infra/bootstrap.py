@@ -33,6 +33,8 @@ from shared.infra.db.engine import (
 )
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.fair import FairQueue
+from shared.infra.held import HeldJobs
+from shared.infra.liveness import Heartbeat, heartbeat_ttl_s
 from shared.infra.queue import JobQueue, RecordingQueue
 from shared.infra.redis_url import redis_client
 from shared.infra.runtime import Endpoints, resolve_endpoints, sealing_keys_of
@@ -142,6 +144,16 @@ class Runtime:
         """The orgs' lists of model jobs (shared/infra/fair.py), beside the debounce state:
         a job waits where the web and every worker see it."""
         return FairQueue(self.redis)
+
+    @cached_property
+    def held(self) -> HeldJobs:
+        """Where model jobs are held (shared/infra/held.py): the reconciler's question."""
+        return HeldJobs(self.redis)
+
+    @cached_property
+    def heartbeat(self) -> Heartbeat:
+        """This process's heartbeat, while it runs model jobs (shared/infra/liveness.py)."""
+        return Heartbeat(lambda: self.redis, ttl_s=heartbeat_ttl_s(self.settings.reconcile_s))
 
     @cached_property
     def redis(self) -> redis.Redis:

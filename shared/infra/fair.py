@@ -14,11 +14,17 @@ Cluster, which driftless does not support: docs/deploy.md), and the scripts may 
 an org's list they compute:
   driftless:{fair:<lane>}:ring        orgs with jobs waiting, each once, in serving order
   driftless:{fair:<lane>}:jobs:<org>  the org's jobs, oldest first (JSON)
+  driftless:{fair:<lane>}:queued      a job's subject -> how many of its jobs the lists hold
+  driftless:{fair:<lane>}:running:<subject>  the worker process running it (popped)
 An org is in the ring exactly when its list is not empty; both scripts keep that, and a
 push and a pop are one round trip each. Tickets and jobs are one to one; a ticket that
 finds nothing (its job served by an earlier ticket, or the lists lost with Redis) ends
 at once, and a job whose ticket was lost gets one from the reconciler (`top_up`). Jobs
 lost with Redis are found by the reconciler from PostgreSQL, as any lost job is.
+
+The same scripts keep each job's *subject* (its task and topic) marked while a list
+holds it or a worker runs it, so that the reconciler tells a backlog from lost work in
+O(1) a job (shared/infra/held.py reads the marks).
 """
 
 from __future__ import annotations
@@ -40,18 +46,19 @@ LANES: tuple[Lane, ...] = ("live", "bulk")
 # The org of work no org owns (a fleet-wide job): it takes its turn like any org.
 FLEET = "fleet"
 
-# KEYS: ring, the org's list. ARGV: org, job. The org joins the ring when its list
-# goes from empty to one job.
+# KEYS: ring, the org's list, the lane's queued marks. ARGV: org, job, its subject. The
+# org joins the ring when its list goes from empty to one job.
 _PUSH = """
 local n = redis.call('RPUSH', KEYS[2], ARGV[2])
 if n == 1 then redis.call('RPUSH', KEYS[1], ARGV[1]) end
+if ARGV[3] ~= '' then redis.call('HINCRBY', KEYS[3], ARGV[3], 1) end
 return n
 """
 
-# KEYS: ring, the lane's fleet hold, parked tickets. ARGV: prefix of the orgs' lists,
-# prefix of their holds, prefix of their fleet marks, SKIPS, NEXT_LOOK_MS, TRIAL_MS, the
-# trial's token. The
-# org at the head gives its oldest job and goes to the tail if it has more. An org that
+# KEYS: ring, the lane's fleet hold, parked tickets, queued marks. ARGV: prefix of the
+# orgs' lists, prefix of their holds, prefix of their fleet marks, SKIPS, NEXT_LOOK_MS,
+# TRIAL_MS, the trial's token, prefix of the running marks, the popping process, RUNNING_MS.
+# The org at the head gives its oldest job and goes to the tail if it has more. An org that
 # yields its turn (held, or marked as the fleet's model's while the fleet's quota is
 # held) goes to the tail with its jobs. A marked org served once the hold lapsed takes
 # the lane's *trial*: the hold again, for TRIAL_MS or until its call is granted
@@ -78,6 +85,14 @@ for _ = 1, tonumber(ARGV[4]) do
     else
       local job = redis.call('LPOP', list)
       if redis.call('LLEN', list) > 0 then redis.call('RPUSH', KEYS[1], org) end
+      local ok, decoded = pcall(cjson.decode, job)
+      local subject = ok and type(decoded) == 'table' and decoded.subject
+      if type(subject) == 'string' and subject ~= '' then
+        if redis.call('HINCRBY', KEYS[4], subject, -1) <= 0 then
+          redis.call('HDEL', KEYS[4], subject)
+        end
+        redis.call('SET', ARGV[8] .. subject, ARGV[9], 'PX', ARGV[10])
+      end
       local release = 0
       if tonumber(redis.call('GET', KEYS[3]) or '0') > 0 then
         redis.call('DECR', KEYS[3])
@@ -104,6 +119,10 @@ return {false, soonest, 0, 0}
 """
 # Orgs a pop looks at, at most: the skipping of orgs that yield is bounded per pop.
 SKIPS = 16
+# A running mark outlives any run: a task's hard time limit is 300 s (worker/app.py). The
+# process's heartbeat, not this, is what tells a killed worker's jobs (held.py); the
+# expiry only clears the marks a dead process left.
+RUNNING_MS = 2 * 300 * 1000
 # The longest a trial holds the fleet's marked orgs back: from a pop to its call's turn at
 # the bucket (a job that never asks ends it when it ends: worker/fair.py).
 TRIAL_MS = 5000
@@ -115,15 +134,20 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
-# KEYS: ring, the org's list, its hold (or the lane's fleet hold), its fleet mark.
-# ARGV: org, job, hold ms, fleet mark ms, 1 if the fleet's quota refused it. The job
-# goes back to the head of its org's list, the org back to the ring's head if it had
-# left it (its turn kept), and the org (or the lane's fleet-model orgs) holds for the
-# given time.
+# KEYS: ring, the org's list, its hold (or the lane's fleet hold), its fleet mark, queued
+# marks, the job's running mark. ARGV: org, job, hold ms, fleet mark ms, 1 if the fleet's
+# quota refused it, its subject, the process that ran it. The job goes back to the head
+# of its org's list (marked queued again, no longer running), the org back to the ring's
+# head if it had left it (its turn kept), and the org (or the lane's fleet-model orgs)
+# holds for the given time.
 _YIELD = """
 if redis.call('LPUSH', KEYS[2], ARGV[2]) == 1 then redis.call('LPUSH', KEYS[1], ARGV[1]) end
 redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
 if ARGV[5] == '1' then redis.call('SET', KEYS[4], '1', 'PX', ARGV[4]) end
+if ARGV[6] ~= '' then
+  redis.call('HINCRBY', KEYS[5], ARGV[6], 1)
+  if redis.call('GET', KEYS[6]) == ARGV[7] then redis.call('DEL', KEYS[6]) end
+end
 return 1
 """
 
@@ -136,7 +160,11 @@ if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then return 1 end
 redis.call('INCR', KEYS[2])
 return 0
 """
-_UNPARK = """
+# KEYS: parked tickets, the job's running mark (or none). ARGV: the process that ran it.
+# A job ended: its running mark goes (unless another process runs it again by now), and
+# a parked ticket is taken back (1) if any waits.
+_DONE = """
+if KEYS[2] and redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 if tonumber(redis.call('GET', KEYS[1]) or '0') <= 0 then return 0 end
 redis.call('DECR', KEYS[1])
 return 1
@@ -170,6 +198,13 @@ return {redis.call('LLEN', KEYS[1]), jobs, oldest and tostring(oldest) or false,
 WAITING_SCAN = 1000
 
 
+def subject_of(task: str, kwargs: dict[str, Any]) -> str:
+    """What a model job works on: its task and topic (two jobs of one subject do the same
+    work; the second finds it done). "" for a job without a topic."""
+    topic_id = kwargs.get("topic_id")
+    return f"{task}:{topic_id}" if topic_id else ""
+
+
 @dataclass(frozen=True)
 class FairJob:
     """A model job as it waits: the task to run, its arguments, its org, when it came."""
@@ -179,8 +214,13 @@ class FairJob:
     org: str = FLEET
     pushed_at: float = field(default_factory=time.time)
 
+    @property
+    def subject(self) -> str:
+        return subject_of(self.task, self.kwargs)
+
     def encode(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
+        # The subject rides along for the pop's script, which marks it running.
+        return json.dumps({**asdict(self), "subject": self.subject}, separators=(",", ":"))
 
     @classmethod
     def decode(cls, raw: str | bytes) -> FairJob:
@@ -212,6 +252,16 @@ def _key(lane: Lane, name: str) -> str:
     return f"driftless:{{fair:{lane}}}:{name}"
 
 
+def queued_key(lane: Lane) -> str:
+    """The lane's hash of subjects its lists hold, with how many jobs of each."""
+    return _key(lane, "queued")
+
+
+def running_key(lane: Lane, subject: str) -> str:
+    """A popped job's mark while it runs: the process running it."""
+    return _key(lane, "running:") + subject
+
+
 @dataclass(frozen=True)
 class Turn:
     """What a ticket found: a job, or how long until one may be admissible (None: the
@@ -232,23 +282,32 @@ class FairQueue:
         self._pop = client.register_script(_POP)
         self._yield = client.register_script(_YIELD)
         self._park = client.register_script(_PARK)
-        self._unpark = client.register_script(_UNPARK)
+        self._done = client.register_script(_DONE)
         self._end_trial = client.register_script(_END_TRIAL)
         self._waiting = client.register_script(_WAITING)
 
+    @property
+    def client(self) -> redis.Redis:
+        return self._client
+
     def push(self, lane: Lane, job: FairJob) -> None:
-        """Add the job at the end of its org's list (one round trip)."""
-        self._push(keys=[_ring(lane), _jobs_prefix(lane) + job.org], args=[job.org, job.encode()])
+        """Add the job at the end of its org's list, its subject marked queued (one round trip)."""
+        self._push(
+            keys=[_ring(lane), _jobs_prefix(lane) + job.org, queued_key(lane)],
+            args=[job.org, job.encode(), job.subject],
+        )
 
     def pop(self, lane: Lane) -> FairJob | None:
         """The next admissible org's oldest job, None when none is (one round trip)."""
         return self.take(lane).job
 
-    def take(self, lane: Lane) -> Turn:
-        """The next admissible org's oldest job, or how long until one may be (one round trip)."""
+    def take(self, lane: Lane, *, runner: str = "") -> Turn:
+        """The next admissible org's oldest job, or how long until one may be (one round
+        trip). The job's subject is marked running by `runner` (a worker process, whose
+        heartbeat says it still runs it: shared/infra/held.py) until `done`."""
         token = f"trial:{uuid.uuid4().hex}"
         raw, wait_ms, release, trial = self._pop(
-            keys=[_ring(lane), _key(lane, "fleet-held"), _key(lane, "parked")],
+            keys=[_ring(lane), _key(lane, "fleet-held"), _key(lane, "parked"), queued_key(lane)],
             args=[
                 _jobs_prefix(lane),
                 _key(lane, "held:"),
@@ -257,22 +316,30 @@ class FairQueue:
                 NEXT_LOOK_MS,
                 TRIAL_MS,
                 token,
+                running_key(lane, ""),
+                runner,
+                RUNNING_MS,
             ],
         )
         if raw:
             return Turn(FairJob.decode(raw), release=bool(release), trial=token if trial else None)
         return Turn(None, retry_in_s=None if int(wait_ms) < 0 else int(wait_ms) / 1000)
 
-    def yield_turn(self, lane: Lane, job: FairJob, *, hold_s: float, fleet: bool) -> None:
+    def yield_turn(
+        self, lane: Lane, job: FairJob, *, hold_s: float, fleet: bool, runner: str = ""
+    ) -> None:
         """Put a job its quota refused back at the head of its org's list, and hold the org
         (`fleet`: every org refused by the fleet's quota lately) for `hold_s`."""
         held = _key(lane, "fleet-held") if fleet else _key(lane, "held:") + job.org
         mark = _key(lane, "fleet:") + job.org  # a key of the lane's slot either way
         self._yield(
-            keys=[_ring(lane), _jobs_prefix(lane) + job.org, held, mark],
+            keys=[
+                _ring(lane), _jobs_prefix(lane) + job.org, held, mark, queued_key(lane),
+                running_key(lane, job.subject),
+            ],
             args=[
                 job.org, job.encode(), max(1, math.ceil(hold_s * 1000)), FLEET_MARK_MS,
-                1 if fleet else 0,
+                1 if fleet else 0, job.subject, runner,
             ],
         )  # fmt: skip
 
@@ -294,10 +361,14 @@ class FairQueue:
         )
         return bool(woken)
 
-    def unpark(self, lane: Lane) -> bool:
-        """True if a parked ticket was taken back (the caller sends it): a job ended and
-        may have freed its org's slot."""
-        return bool(self._unpark(keys=[_key(lane, "parked")]))
+    def done(self, lane: Lane, job: FairJob | None = None, *, runner: str = "") -> bool:
+        """A job ended (ran, failed, or went back to the broker): its running mark goes.
+        True if a parked ticket was taken back (the caller sends it): the job's org's
+        slot is free again."""
+        keys = [_key(lane, "parked")]
+        if job is not None and job.subject:
+            keys.append(running_key(lane, job.subject))
+        return bool(self._done(keys=keys, args=[runner]))
 
     def waiting(self, lane: Lane, *, now: float | None = None) -> Waiting:
         orgs, jobs, oldest, parked = self._waiting(

@@ -10,7 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from shared.infra.fair import FLEET, FairJob, FairQueue, Lane
+from shared.infra.fair import FLEET, FairJob, FairQueue, Lane, subject_of
+from shared.infra.held import HeldJobs
 from shared.infra.metrics import JOBS_ENQUEUED, JOBS_SEND_FAILED
 
 
@@ -156,12 +157,14 @@ class CeleryJobQueue:
 
     With `fair`, a model job due now waits in its org's list and the broker gets its
     ticket (shared/infra/fair.py); a job with a countdown (a retry's backoff) and every
-    other job go to the broker as they are.
+    other job go to the broker as they are, a model job marked held until it should
+    have started (shared/infra/held.py).
     """
 
     def __init__(self, app: TaskSender, fair: FairQueue | None = None) -> None:
         self._app = app
         self._fair = fair
+        self._held = None if fair is None else HeldJobs(fair.client)
 
     def send(self, job: Job) -> None:
         try:
@@ -170,6 +173,8 @@ class CeleryJobQueue:
                 self._send(ticket(job.lane))
             else:
                 self._send(job)
+                if self._held is not None and job.task in MODEL_TASKS and job.countdown:
+                    self._held.sent_delayed(subject_of(job.task, job.kwargs), job.countdown)
         except Exception:
             JOBS_SEND_FAILED.labels(job.task).inc()
             raise

@@ -1,4 +1,7 @@
-"""Redis claims on the work the reconciler re-enqueued, so a long queue is not flooded."""
+"""Redis claims on the vectors the reconciler re-enqueued, so a long queue is not flooded.
+
+Summaries and evaluations need none: their jobs are marked where they wait or run
+(shared/infra/held.py), and the reconciler sends only those nothing holds."""
 
 from __future__ import annotations
 
@@ -9,13 +12,11 @@ from typing import TypeVar
 
 import redis
 
-from shared.infra.queue import EMBED_BATCH, EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
+from shared.infra.queue import EMBED_BATCH, Job
 
 log = logging.getLogger(__name__)
 
-# The reconcile jobs whose items are claimed once sent, by the kind named in the key.
-CLAIM_KINDS = {SUMMARIZE_TOPIC: "summary", EVALUATE_TOPIC: "evaluation"}
-# A batch of vectors claims each of its messages and topics.
+# A batch of vectors claims each of its messages and topics, by the kind named in the key.
 VECTOR_CLAIM_KINDS = {"message_ids": "message_vector", "topic_ids": "topic_vector"}
 Item = TypeVar("Item", uuid.UUID, int)
 
@@ -53,9 +54,6 @@ class Claims:
         try:
             with self._redis.pipeline(transaction=False) as pipe:
                 for job in jobs:
-                    if job.task in CLAIM_KINDS:
-                        key = self._key(CLAIM_KINDS[job.task], job.kwargs["topic_id"])
-                        pipe.set(key, 1, ex=self._ttl_s)
                     if job.task == EMBED_BATCH:
                         for field, kind in VECTOR_CLAIM_KINDS.items():
                             for item in job.kwargs.get(field, []):
@@ -66,8 +64,8 @@ class Claims:
 
 
 def forget_claims(client: redis.Redis, topic_ids: Sequence[uuid.UUID]) -> int:
-    """Delete the claims on these topics (user erasure)."""
-    keys = [Claims._key(kind, item) for kind in CLAIM_KINDS.values() for item in topic_ids]
+    """Delete the claims on these topics' vectors (user erasure)."""
+    keys = [Claims._key(VECTOR_CLAIM_KINDS["topic_ids"], item) for item in topic_ids]
     # One DEL a key: in a Redis Cluster a multi-key DEL must stay inside one slot.
     with client.pipeline(transaction=False) as pipe:
         for key in keys:

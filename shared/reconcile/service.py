@@ -20,9 +20,14 @@ each kind below is a condition the database shows when its job never ran:
   lost or ran out of retries, a post committed late), sent again as a batch
   (shared/embeddings/sweep.py: strays).
 
-Every kind is bounded per run, and what was just re-enqueued is not re-enqueued again
-for a while (a claim in Redis), so a queue backlog is not multiplied by each run. All
-re-enqueued jobs are idempotent (watermarks), so a duplicate does no harm either.
+A summary or an evaluation is sent again only when nothing holds its job: no org's
+list, no broker countdown and no live worker (shared/infra/held.py, O(1) a job). A job
+waiting behind a backlog is not lost however long it waits, so a backlog is never
+multiplied by the runs that look at it. The held check comes after the database's
+answer, and a job's mark goes only after its commit, so the few candidates not held
+are read again: a job that finished between the two reads is not sent twice. Vectors
+keep a claim in Redis instead (what was just re-enqueued is not re-enqueued for two
+periods). Every kind is bounded per run, and every job is idempotent (watermarks).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import redis
 from sqlalchemy import func, select
@@ -40,6 +46,7 @@ from shared.embeddings.sweep import BATCH as EMBED_BATCH_SIZE
 from shared.embeddings.sweep import strays
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.fair import Lane
+from shared.infra.held import HeldJobs
 from shared.infra.queue import EMBED_BATCH, EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job
 from shared.memory.cache import BLOCK_TTL_S, MemoryCache
 from shared.memory.scope import Scope
@@ -52,8 +59,11 @@ from shared.topics.models import Topic, history_topic_id
 log = logging.getLogger(__name__)
 
 RECONCILE_LIMIT = 500  # per kind and run; the rest waits for the next run
-# A re-enqueued item is not re-enqueued again for this many reconcile periods: a long
-# queue is not flooded with copies, and a job lost twice is still back within three.
+# Candidates a run reads per kind, oldest first, to find the lost among the held: a job
+# lost behind a deeper backlog of its kind is found once the backlog drains below this.
+CANDIDATES = 10_000
+# A re-enqueued batch of vectors is not re-enqueued again for this many reconcile
+# periods: a long queue is not flooded with copies, and one lost twice is back within three.
 CLAIM_PERIODS = 2
 # Sessions quiet for longer than this are the idle sweep's (it evaluates them too); the
 # reconciler only needs the recent band, which keeps its scan short.
@@ -76,14 +86,16 @@ class Reconciled:
 
 
 def closed_topics_awaiting_summary(
-    *, uow: UnitOfWork, closed_before: dt.datetime, limit: int = RECONCILE_LIMIT
-) -> Sequence[uuid.UUID]:
-    """Closed topics whose summary has not caught up with their messages.
+    *, uow: UnitOfWork, closed_before: dt.datetime, limit: int = RECONCILE_LIMIT,
+    among: Sequence[uuid.UUID] | None = None,
+) -> Sequence[uuid.UUID]:  # fmt: skip
+    """Closed topics whose summary has not caught up with their messages (of `among`
+    only, when given).
 
     `closed_before` (now minus a grace) leaves the normal path time to finish, so the
     reconciler only re-enqueues work that really was lost.
     """
-    return uow.session.scalars(
+    query = (
         select(Topic.id)
         .where(
             # Spelled as ix_topics_awaiting_summary's predicate, so the planner uses it.
@@ -94,14 +106,19 @@ def closed_topics_awaiting_summary(
         )
         .order_by(Topic.closed_at)
         .limit(limit)
-    ).all()
+    )
+    if among is not None:
+        query = query.where(Topic.id.in_(among))
+    return uow.session.scalars(query).all()
 
 
 def heartbeats_never_evaluated(
-    *, uow: UnitOfWork, quiet_since: dt.datetime, interval: int, limit: int = RECONCILE_LIMIT
-) -> Sequence[uuid.UUID]:
+    *, uow: UnitOfWork, quiet_since: dt.datetime, interval: int, limit: int = RECONCILE_LIMIT,
+    among: Sequence[uuid.UUID] | None = None,
+) -> Sequence[uuid.UUID]:  # fmt: skip
     """Active topics of sessions quiet since `quiet_since` with at least `interval`
-    user/assistant messages beyond the watermark the last evaluation left.
+    user/assistant messages beyond the watermark the last evaluation left (of `among`
+    only, when given).
 
     That many messages crossed a heartbeat (every `interval`-th message), whose
     evaluation would have moved the watermark. The `interval`-th such message is found
@@ -120,7 +137,7 @@ def heartbeats_never_evaluated(
         .offset(interval - 1)
         .limit(1)
     )
-    return uow.session.scalars(
+    query = (
         select(Topic.id)
         .join(ChatSession, ChatSession.id == Topic.session_id)
         .where(
@@ -133,7 +150,10 @@ def heartbeats_never_evaluated(
         )
         .order_by(ChatSession.last_activity_at)
         .limit(limit)
-    ).all()
+    )
+    if among is not None:
+        query = query.where(Topic.id.in_(among))
+    return uow.session.scalars(query).all()
 
 
 def stale_memory_scopes(
@@ -193,11 +213,25 @@ def routes_of_topics(*, uow: UnitOfWork, topic_ids: Sequence[uuid.UUID]) -> dict
     }
 
 
+def lost(
+    find: Callable[..., Sequence[uuid.UUID]], *, held: HeldJobs, task: str, limit: int
+) -> Sequence[uuid.UUID]:
+    """What `find` shows undone that nothing holds, oldest first, at most `limit`.
+
+    `find(limit=..., among=...)` is one of the queries above. Candidates are read first,
+    then their marks; the few not held are read again, since a job that committed and
+    dropped its mark between the two reads is done, not lost.
+    """
+    loose = held.unheld(task, find(limit=CANDIDATES))[:limit]
+    return find(limit=limit, among=loose) if loose else []
+
+
 def reconcile_lost_work(
     *,
     uow: UnitOfWork,
     cache: MemoryCache,
     claims: Claims,
+    held: HeldJobs,
     now: dt.datetime,
     grace: dt.timedelta,
     drift_interval: int,
@@ -205,18 +239,19 @@ def reconcile_lost_work(
     redis_client: redis.Redis | None = None,
     embedding_model: str | None = None,
 ) -> Reconciled:
-    """Enqueue again (after the caller's commit) what PostgreSQL shows was lost, and drop
-    stale cached memory blocks right away (the check already holds the cache). The caller
-    passes what its commit sent to `claims.record_sent`."""
-    summaries = claims.unclaimed(
-        "summary", closed_topics_awaiting_summary(uow=uow, closed_before=now - grace, limit=limit)
-    )
-    evaluations = claims.unclaimed(
-        "evaluation",
-        heartbeats_never_evaluated(
-            uow=uow, quiet_since=now - grace, interval=drift_interval, limit=limit
+    """Enqueue again (after the caller's commit) what PostgreSQL shows was lost and
+    nothing holds, and drop stale cached memory blocks right away (the check already
+    holds the cache). The caller passes what its commit sent to `claims.record_sent`."""
+    summaries = lost(
+        partial(closed_topics_awaiting_summary, uow=uow, closed_before=now - grace),
+        held=held, task=SUMMARIZE_TOPIC, limit=limit,
+    )  # fmt: skip
+    evaluations = lost(
+        partial(
+            heartbeats_never_evaluated, uow=uow, quiet_since=now - grace, interval=drift_interval
         ),
-    )
+        held=held, task=EVALUATE_TOPIC, limit=limit,
+    )  # fmt: skip
     routes = routes_of_topics(uow=uow, topic_ids=[*summaries, *evaluations])
     for task, topic_ids in ((SUMMARIZE_TOPIC, summaries), (EVALUATE_TOPIC, evaluations)):
         for topic_id in topic_ids:
@@ -279,6 +314,7 @@ def reconcile(
             uow=uow,
             cache=MemoryCache(redis_client),
             claims=claims,
+            held=HeldJobs(redis_client),
             now=now,
             grace=dt.timedelta(seconds=period_s),
             drift_interval=drift_interval,

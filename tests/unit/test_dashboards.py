@@ -93,7 +93,8 @@ def test_every_alert_waits_and_says_how_bad_what_and_why() -> None:
     alerts = _alerts()
     assert {rule["alert"] for rule in alerts} >= {
         "DriftlessQueueLagHigh", "DriftlessLLMFallbackRatioHigh",
-        "DriftlessReconcilerKeepsRecovering", "DriftlessWorkersDown", "DriftlessJobFailures",
+        "DriftlessReconcilerKeepsRecovering", "DriftlessReconcilerResending",
+        "DriftlessWorkersDown", "DriftlessJobFailures",
         "DriftlessEmbeddingsLagHigh",
     }  # fmt: skip
     for rule in alerts:
@@ -145,6 +146,54 @@ def test_promtool_parses_every_dashboard_query(tmp_path: Path) -> None:
         )
     )
     assert _promtool("check", "rules", str(path)).returncode != 0
+
+
+@needs_promtool
+def test_the_reconciler_alert_fires_on_steady_losses_not_on_one_burst_42b(tmp_path: Path) -> None:
+    """Four summaries a minute resent, every minute, fire it; one Redis restart's 1,000
+    resent over two runs and nothing after do not."""
+    [rule] = [r for r in _alerts() if r["alert"] == "DriftlessReconcilerResending"]
+    annotations = {
+        "summary": "The reconciler keeps resending lost summaries (20 in 5 minutes)",
+        "description": rule["annotations"]["description"],
+    }
+    tests = {
+        "rule_files": [str(ALERTS)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {
+                        "series": 'driftless_reconcile_recovered_total{kind="summaries"}',
+                        "values": "0+4x40",
+                    },
+                    {
+                        "series": 'driftless_reconcile_recovered_total{kind="evaluations"}',
+                        "values": "0 500 1000 1000x38",
+                    },
+                ],
+                "alert_rule_test": [
+                    # Both still pending: a burst, or the first minutes of a loss.
+                    {"eval_time": "8m", "alertname": "DriftlessReconcilerResending"},
+                    {
+                        "eval_time": "30m",
+                        "alertname": "DriftlessReconcilerResending",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"kind": "summaries", "severity": "warning"},
+                                "exp_annotations": annotations,
+                            }
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "reconciler-alert-test.yml"
+    path.write_text(yaml.safe_dump(tests))
+    result = _promtool("test", "rules", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 # --- reading metric names out of PromQL ---------------------------------------------------

@@ -103,6 +103,7 @@ def _ordered(label_sets: Iterable[dict[str, str]]) -> list[dict[str, str]]:
                 ("memory_caches",),
                 ("message_vectors",),
                 ("topic_vectors",),
+                ("tickets",),
             ],
         ),
         (

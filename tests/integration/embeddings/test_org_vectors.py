@@ -19,6 +19,7 @@ from shared.embeddings.slots import OWN_CALLS
 from shared.embeddings.sweep import Cursors, strays
 from shared.infra.config import Settings
 from shared.infra.db.uow import UnitOfWork
+from shared.infra.held import HeldJobs
 from shared.infra.leases import OrgLeases
 from shared.infra.queue import EMBED_BATCH, RecordingQueue
 from shared.memory.cache import MemoryCache
@@ -131,6 +132,7 @@ def test_an_orgs_server_answering_another_size_fails_its_texts_alone_41(
         with UnitOfWork(vectors.factory, RecordingQueue()) as uow:
             reconcile_lost_work(
                 uow=uow, cache=MemoryCache(vectors.redis), claims=claims,
+                held=HeldJobs(vectors.redis),
                 now=dt.datetime.now(dt.UTC), grace=dt.timedelta(0), drift_interval=1000,
                 redis_client=vectors.redis, embedding_model=embedder.model,
             )  # fmt: skip

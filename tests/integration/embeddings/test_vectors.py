@@ -18,6 +18,7 @@ from shared.embeddings.store import nearest_messages, store_message_vectors, vec
 from shared.embeddings.sweep import EMBED_TICK_S
 from shared.erasure.service import erase_user_everywhere
 from shared.infra.config import Settings
+from shared.infra.held import HeldJobs
 from shared.infra.queue import EMBED_BATCH, EMBED_PENDING, Job, RecordingQueue
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
@@ -187,6 +188,7 @@ def test_the_reconciler_sends_a_batch_for_messages_the_sweep_passed(vectors: Vec
     with UnitOfWork(vectors.factory, queue) as uow:
         reconciled = reconcile_lost_work(
             uow=uow, cache=MemoryCache(vectors.redis), claims=Claims(vectors.redis, ttl_s=2),
+            held=HeldJobs(vectors.redis),
             now=dt.datetime.now(dt.UTC), grace=dt.timedelta(seconds=1), drift_interval=1000,
             redis_client=vectors.redis, embedding_model=model,
         )  # fmt: skip

@@ -15,7 +15,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from shared.context.working_memory import get_working_memory
 from shared.erasure.service import erase_user
 from shared.infra.config import Settings
-from shared.infra.queue import EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job, RecordingQueue
+from shared.infra.fair import FairJob, FairQueue, subject_of
+from shared.infra.held import HeldJobs
+from shared.infra.queue import EMBED_BATCH, EVALUATE_TOPIC, SUMMARIZE_TOPIC, Job, RecordingQueue
 from shared.memory.cache import MemoryCache
 from shared.memory.scope import Scope
 from shared.memory.versions import MemoryVersion
@@ -23,6 +25,7 @@ from shared.reconcile.claims import Claims
 from shared.triggers.debounce import _keys
 from tests.conftest import new_key
 from tests.helpers import new_session, post_message
+from tests.integration.reevaluations.system import clear_fair_lists
 from worker.cli import main
 
 
@@ -142,11 +145,17 @@ def test_after_erasure_no_redis_key_names_the_user(
     ]  # type: ignore[index]
     scope = Scope(org_id=org_id, agent_id="planner", user_id="ada")
     MemoryCache(client_redis).invalidate(scope)  # what the invalidation job leaves: a generation
+    # Their model jobs' marks (shared/infra/held.py): one popped and running, one sent
+    # to the broker with a countdown; and a reconcile claim on a topic's vector.
+    clear_fair_lists(client_redis)
+    fair = FairQueue(client_redis)
+    fair.push("live", FairJob(SUMMARIZE_TOPIC, {"topic_id": topic_ids[0]}, str(org_id)))
+    assert fair.take("live", runner="worker-1").job is not None
+    HeldJobs(client_redis).sent_delayed(
+        subject_of(EVALUATE_TOPIC, {"topic_id": topic_ids[1]}), countdown_s=30
+    )
     Claims(client_redis, ttl_s=60).record_sent(
-        [
-            Job(SUMMARIZE_TOPIC, {"topic_id": topic_ids[0]}),
-            Job(EVALUATE_TOPIC, {"topic_id": topic_ids[1]}),
-        ]
+        [Job(EMBED_BATCH, {"message_ids": [], "topic_ids": [topic_ids[0]]})]
     )
     ids = [ada["id"], *topic_ids]
     assert len(_keys_naming(client_redis, scope, ids)) >= 4  # the attack's precondition

@@ -19,6 +19,7 @@ from shared.infra.queue import (
     CeleryJobQueue,
     Job,
 )
+from tests.helpers import RecordingSender
 
 
 def job(org: str, n: int, *, pushed_at: float = 0.0) -> FairJob:
@@ -86,21 +87,10 @@ def test_a_ring_entry_whose_list_was_lost_is_skipped(fair: FairQueue) -> None:
     assert fair.waiting("live").orgs == 0
 
 
-class Sender:
-    """What CeleryJobQueue needs of a Celery app, recording what it sends."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, dict[str, Any], Any]] = []
-
-    def send_task(self, name: str, *, kwargs: dict[str, Any], countdown: Any, headers: Any,
-                  **options: Any) -> None:  # fmt: skip
-        self.sent.append((name, kwargs, options.get("queue")))
-
-
 def test_a_model_job_waits_in_its_orgs_list_and_the_broker_gets_its_ticket(
     fair: FairQueue,
 ) -> None:
-    sender = Sender()
+    sender = RecordingSender()
     queue = CeleryJobQueue(sender, fair)
     queue.send(Job(SUMMARIZE_TOPIC, {"topic_id": "t1"}, org="org-a"))
     queue.send(Job(EVALUATE_TOPIC, {"topic_id": "t2"}, lane="bulk", org="org-b"))
@@ -116,7 +106,7 @@ def test_a_model_job_waits_in_its_orgs_list_and_the_broker_gets_its_ticket(
 def test_a_retry_with_a_countdown_and_other_jobs_go_to_the_broker_as_they_are(
     fair: FairQueue,
 ) -> None:
-    sender = Sender()
+    sender = RecordingSender()
     queue = CeleryJobQueue(sender, fair)
     queue.send(Job(SUMMARIZE_TOPIC, {"topic_id": "t1"}, countdown=5, org="org-a"))
     queue.send(Job(INVALIDATE_MEMORY, {"org_id": "o"}))
@@ -128,7 +118,7 @@ def test_a_retry_with_a_countdown_and_other_jobs_go_to_the_broker_as_they_are(
 
 
 def test_a_job_without_an_org_takes_the_fleets_turn(fair: FairQueue) -> None:
-    CeleryJobQueue(Sender(), fair).send(Job(SUMMARIZE_TOPIC, {"topic_id": "t"}))
+    CeleryJobQueue(RecordingSender(), fair).send(Job(SUMMARIZE_TOPIC, {"topic_id": "t"}))
     popped = fair.pop("live")
     assert popped is not None and popped.org == "fleet"
 
@@ -166,8 +156,8 @@ def test_an_org_a_quota_turned_away_yields_its_turn_and_keeps_its_jobs_order_41(
     # back each time a job is admitted or ends.
     assert fair.park("live", wait_s=turn.retry_in_s) is True
     assert fair.park("live", wait_s=turn.retry_in_s) is False
-    assert fair.unpark("live") is True
-    assert fair.unpark("live") is False
+    assert fair.done("live") is True
+    assert fair.done("live") is False
 
 
 def test_the_fleets_quota_holds_only_the_orgs_it_refused_41(fair: FairQueue) -> None:

@@ -1,7 +1,9 @@
 """The reconciler finds work whose job was lost, asks for it once, and leaves the rest alone.
 
 Every test commits through a queue that loses every job (a broker restarted without
-persistence), then runs the reconciler as beat would, a few reconcile periods later.
+persistence), then runs the reconciler as beat would, a few reconcile periods later. The
+reconciler's own jobs wait in their orgs' lists in the suite's Redis (no worker serves
+them), marked held there as in production (shared/infra/held.py).
 Assertions look only at this test's own rows: other tests may leave committed data.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,10 +23,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from shared.evaluations.pipeline import evaluate_topic
 from shared.evaluations.summarize import summarize_topic
 from shared.infra.db.uow import UnitOfWork
+from shared.infra.fair import FairQueue
+from shared.infra.held import HeldJobs
+from shared.infra.liveness import Heartbeat, alive_key
 from shared.infra.queue import (
     EVALUATE_TOPIC,
     INVALIDATE_MEMORY,
     SUMMARIZE_TOPIC,
+    CeleryJobQueue,
     Job,
     JobQueue,
     RecordingQueue,
@@ -36,12 +43,14 @@ from shared.reconcile.service import (
     Reconciled,
     closed_topics_awaiting_summary,
     heartbeats_never_evaluated,
+    lost,
     reconcile_lost_work,
 )
 from shared.sessions.fork import fork_topic, record_fork
 from shared.sessions.models import ChatSession
 from shared.topics.models import Topic
-from tests.helpers import new_session, post_message
+from tests.helpers import RecordingSender, new_session, post_message
+from tests.integration.reevaluations.system import clear_fair_lists
 
 GRACE = dt.timedelta(seconds=60)
 INTERVAL = 10
@@ -73,24 +82,28 @@ def queue() -> LosingQueue:
 
 
 @pytest.fixture
-def reconcile(session_factory: sessionmaker[Session], redis_client: redis.Redis) -> Any:
-    """One beat run at `now` (default: two reconcile periods from now); the jobs it sent."""
+def reconcile(session_factory: sessionmaker[Session], redis_client: redis.Redis) -> Iterator[Any]:
+    """One beat run at `now` (default: two reconcile periods from now); the jobs it sent.
+    They wait in their orgs' lists (tickets go nowhere), as behind a backlog."""
     claims = Claims(redis_client, ttl_s=300)
+    fair = FairQueue(redis_client)
+    clear_fair_lists(redis_client)
 
     def run(
         now: dt.datetime | None = None, queue: JobQueue | None = None
     ) -> tuple[Reconciled, list[Job]]:
-        with UnitOfWork(session_factory, queue or RecordingQueue()) as uow:
+        with UnitOfWork(session_factory, queue or CeleryJobQueue(RecordingSender(), fair)) as uow:
             reconciled = reconcile_lost_work(
                 uow=uow, cache=MemoryCache(redis_client), claims=claims,
-                now=now or dt.datetime.now(dt.UTC) + 2 * GRACE, grace=GRACE,
-                drift_interval=INTERVAL,
+                held=HeldJobs(redis_client), now=now or dt.datetime.now(dt.UTC) + 2 * GRACE,
+                grace=GRACE, drift_interval=INTERVAL,
             )  # fmt: skip
             uow.commit()
         claims.record_sent(uow.sent)
         return reconciled, uow.sent
 
-    return run
+    yield run
+    clear_fair_lists(redis_client)
 
 
 def jobs_for(jobs: list[Job], topic_id: uuid.UUID | str) -> list[Job]:
@@ -121,7 +134,7 @@ def test_a_closed_topic_whose_summary_job_was_lost_is_summarized_again_once(
     assert jobs_for(jobs, topic_id) == [
         Job(SUMMARIZE_TOPIC, {"topic_id": topic_id, "trigger": "reconcile"}, org=org)
     ]
-    # The next run finds it again, but the job is on its way: not a second copy.
+    # The next run finds it again, but its job waits in its org's list: not a second copy.
     _, jobs = reconcile()
     assert jobs_for(jobs, topic_id) == []
 
@@ -176,6 +189,59 @@ def test_nothing_lost_means_nothing_enqueued(
     active: Any = client.get(f"/agents-api/sessions/{session['id']}", headers=auth).json
     assert jobs_for(jobs, closed) == jobs_for(jobs, active["activeTopicId"]) == []
     assert MemoryCache(redis_client).generation(scope) == generation
+
+
+def close_one(client: FlaskClient, auth: dict[str, str]) -> str:
+    """A closed topic whose summary job the broker lost: its id."""
+    session = new_session(client, auth)
+    post_message(client, auth, session["id"], "We agreed to ship on Friday.")
+    client.post(f"/agents-api/sessions/{session['id']}/topics", json={}, headers=auth)
+    topic_id: str = session["activeTopicId"]
+    return topic_id
+
+
+def test_a_job_waiting_behind_a_backlog_is_not_sent_again_however_long_it_waits_42b(
+    client: FlaskClient, auth: dict[str, str], queue: LosingQueue, reconcile: Any,
+) -> None:  # fmt: skip
+    topic_id = close_one(client, auth)
+    _, jobs = reconcile()
+    assert len(jobs_for(jobs, topic_id)) == 1  # lost with the broker: in its org's list now
+    for periods in (3, 10, 100):  # no worker gets to it: a backlog, not a loss
+        _, jobs = reconcile(now=dt.datetime.now(dt.UTC) + periods * GRACE)
+        assert jobs_for(jobs, topic_id) == []
+
+
+def test_a_job_whose_worker_died_mid_run_is_sent_again_and_a_live_ones_is_not_42b(
+    client: FlaskClient, auth: dict[str, str], queue: LosingQueue, reconcile: Any,
+    redis_client: redis.Redis,
+) -> None:  # fmt: skip
+    fair = FairQueue(redis_client)
+    topic_id = close_one(client, auth)
+    reconcile()
+    live = Heartbeat(lambda: redis_client, ttl_s=30).runner()
+    popped = fair.take("live", runner=live).job
+    assert popped is not None and popped.kwargs["topic_id"] == topic_id
+    _, jobs = reconcile()
+    assert jobs_for(jobs, topic_id) == []  # running, its worker beats
+    redis_client.delete(alive_key(live))  # kill -9: nobody beats for its job any more
+    _, jobs = reconcile()
+    assert [job.kwargs["trigger"] for job in jobs_for(jobs, topic_id)] == ["reconcile"]
+
+
+def test_a_candidate_whose_job_finished_between_the_two_reads_is_not_sent_42b(
+    redis_client: redis.Redis,
+) -> None:
+    """The database says undone, then the job commits and drops its mark before the
+    marks are read: the second read sees it done."""
+    topic_id = uuid.uuid4()
+    reads: list[Any] = []
+
+    def find(*, limit: int, among: Any = None) -> list[uuid.UUID]:
+        reads.append(among)
+        return [topic_id] if among is None else []  # done by the second read
+
+    assert lost(find, held=HeldJobs(redis_client), task=SUMMARIZE_TOPIC, limit=10) == []
+    assert reads == [None, [topic_id]]
 
 
 # --- 2. forks whose prior topic has no summary ----------------------------------------
@@ -235,7 +301,7 @@ def test_a_lost_heartbeat_evaluation_is_enqueued_once_when_the_session_goes_quie
         Job(EVALUATE_TOPIC, {"topic_id": topic_id, "trigger": "reconcile"}, org=org)
     ]
     _, jobs = reconcile()
-    assert jobs_for(jobs, topic_id) == []  # claimed: its job is on its way
+    assert jobs_for(jobs, topic_id) == []  # held: its job waits in its org's list
 
     def evaluate() -> str:
         return evaluate_topic(
