@@ -5,7 +5,7 @@ the same run: a shared machine's speed drifts by a third within minutes, more th
 changes. So this bench serves several checkouts at once, each a git worktree with its own
 virtualenv (`git worktree add ../wt-old COMMIT && make -C ../wt-old install`), each from
 its own Procfile `web` line, on a database of its own migrated by its own
-`driftless db upgrade` (CONTRACT.md), with a key from its own `driftless keys create`
+`driftless db upgrade` (docs/contract.md), with a key from its own `driftless keys create`
 and sessions made over HTTP: nothing of this checkout's code runs in another's.
 
 The request bucket stays on (every API request takes a token in Redis), at a rate

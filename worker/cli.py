@@ -1,4 +1,4 @@
-"""The `driftless` command line (CONTRACT.md, "Command line")."""
+"""The `driftless` command line (docs/contract.md, "Command line")."""
 
 from __future__ import annotations
 

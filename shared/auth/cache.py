@@ -4,7 +4,7 @@ Every API request presents its key; looking it up costs a database round trip an
 pool checkout, a quarter of a message post's time before this cache. Only live keys
 are remembered (an unknown key is looked up every time, so a key just created works at
 once), and each for `ttl_s` seconds at most: a revoked key stops working on every
-process within that time (CONTRACT.md, `driftless keys revoke`). A caller that must
+process within that time (docs/contract.md, `driftless keys revoke`). A caller that must
 notice sooner (an open event stream, at each ping) asks for an answer no older than it
 can accept, and a key found revoked is forgotten for every caller of the process.
 

@@ -1,4 +1,4 @@
-"""Typed settings built once from the environment (CONTRACT.md, "Environment")."""
+"""Typed settings built once from the environment (docs/contract.md, "Environment")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Redis URLs, plain or through Sentinel, and the one place their clients are built.
 
 `REDIS_URL` and `CELERY_BROKER_URL` take redis://, rediss:// and unix:// URLs, or, for a
-primary that Sentinel fails over, one form of our own (CONTRACT.md, "Environment"):
+primary that Sentinel fails over, one form of our own (docs/contract.md, "Environment"):
 
     redis+sentinel://[:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER_NAME/DB
 

@@ -1,7 +1,7 @@
 """The offline `local` provider: an extractive summarizer and a lexical drift detector.
 
 It answers the same two questions as a real model, as the same JSON text, with no key
-and no network, and the same answer every time (CONTRACT.md, "LLM calls"). It reads
+and no network, and the same answer every time (docs/contract.md, "LLM calls"). It reads
 messages as data only: a message that asks for `include_in_memory: true` is dropped,
 never obeyed.
 """

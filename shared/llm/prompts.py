@@ -78,7 +78,7 @@ def transcript_line(line: TranscriptLine) -> str:
 
 
 def window_line(line: TranscriptLine) -> str:
-    """`[id=<message id>] <role>: <content>`, as CONTRACT.md spells it for drift."""
+    """`[id=<message id>] <role>: <content>`, as docs/contract.md spells it for drift."""
     content = one_line(line.content)
     if line.role == "tool" and line.tool_name:
         content = f"({line.tool_name}) {content}"

@@ -43,7 +43,7 @@ class Scope:
         """The scope's Redis Cluster hash tag: its keys share a slot, so one Lua script may
         touch them all.
 
-        agentId and userId are opaque strings (CONTRACT.md): joined with a separator,
+        agentId and userId are opaque strings (docs/contract.md): joined with a separator,
         agent `a:b` + user `c` and agent `a` + user `b:c` would be one key, and a `}`
         would end the hash tag early. A JSON array encodes the tuple without ambiguity,
         and hashing it keeps every character out of the key (nor does the key name the

@@ -171,7 +171,7 @@ def _find(
     if lock:
         query = query.with_for_update()
     campaign = uow.session.scalars(query).first()
-    if campaign is None:  # another org's is missing too (CONTRACT.md)
+    if campaign is None:  # another org's is missing too (docs/contract.md)
         raise NotFound(f"no re-evaluation {campaign_id}")
     return campaign
 

@@ -1,6 +1,6 @@
 """The console in a real browser, against the live web server and a real worker.
 
-Hooks (CONTRACT, Console): the sign-in input `name="api-key"`, topic rows
+Hooks (docs/contract.md, "Console"): the sign-in input `name="api-key"`, topic rows
 `data-topic-id`, the active row `data-active="true"`, the toggle `<button
 data-memory-state>`, the search box `<input type="search" name="search">`.
 """

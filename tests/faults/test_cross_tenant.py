@@ -8,7 +8,7 @@ topic and an active one, an LLM call charged to the org, all carrying a secret s
 then B calls the route twice:
 
 - "A's ids": A's session/topic/agent/user/fact key in the path, query and body. Routes
-  that name a session or topic must answer 404, exactly like an unknown id (CONTRACT.md);
+  that name a session or topic must answer 404, exactly like an unknown id (docs/contract.md);
   routes named by agent/user/fact key live in the caller's own namespace, so they may
   answer 2xx, but only with B's (empty) data.
 - "B's path, A's ids inside": B's own session/topic in the path and A's ids in the

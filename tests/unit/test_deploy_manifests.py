@@ -34,7 +34,7 @@ EXAMPLE_SECRET = "secret.example.yaml"
 # Read by the processes or by KEDA, though not settings of shared/infra/config.py.
 OTHER_VARIABLES = {"PROMETHEUS_MULTIPROC_DIR", "LOG_LEVEL", "REDIS_PASSWORD"}
 # The Procfile's name of each process, from the workload's component label. The
-# Procfile's one `worker` (CONTRACT.md: all queues) runs as one Deployment per queue, so
+# Procfile's one `worker` (docs/contract.md: all queues) runs as one Deployment per queue, so
 # each queue scales on its own length.
 PROCESS_OF_COMPONENT = {
     "migrate": "release", "worker-llm": "worker", "worker-fast": "worker",
@@ -273,7 +273,7 @@ def test_every_procfile_process_runs_in_kubernetes_with_the_same_command() -> No
 
 
 def test_the_procfile_worker_consumes_every_queue() -> None:
-    # CONTRACT.md: the one `worker` process runs every job; a queue it does not name
+    # docs/contract.md: the one `worker` process runs every job; a queue it does not name
     # would fill up with nobody to take it (driftless up and the fault suite run it too).
     assert _queues(PROCFILE["worker"]) == set(QUEUES)
     # QUEUES: every queue a task is routed to, and the LLM tasks' bulk lane.

@@ -24,7 +24,7 @@ from shared.domain.limits import MAX_SCOPE_ID_CHARS
 from shared.domain.moments import in_utc
 from shared.domain.storable import storable
 
-# Scope ids come from the calling platform and are opaque (CONTRACT.md): kept exactly as
+# Scope ids come from the calling platform and are opaque (docs/contract.md): kept exactly as
 # sent, whatever they hold (`:`, braces, spaces, any Unicode), bounded and not blank.
 # Stripping them would make " ada" and "ada" one scope.
 ScopeId = Annotated[
