@@ -252,3 +252,14 @@ def test_docs_architecture_md_names_every_module_of_infra_and_domain() -> None:
             if part.name.startswith("__") or not (part.suffix == ".py" or part.is_dir()):
                 continue
             assert re.search(rf"\b{part.stem}\b", picture), f"shared/{folder}/{part.name}"
+
+
+def test_the_readme_is_a_front_door_43() -> None:
+    """At most 400 lines, no internal issue tags ([2.3]), no benchmark tables: the rest
+    lives in docs/ (the guide, the contract, the benchmarks)."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 400
+    assert re.findall(r"\[\d\.\d+b?\]", text) == []
+    assert "| benchmark |" not in text and "p50" not in text
+    for doc in ("guide.md", "contract.md", "benchmarks.md", "deploy.md", "api.md"):
+        assert f"(docs/{doc}" in text, f"the README does not link docs/{doc}"
