@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 # Inputs per request: OpenAI takes up to 2,048 (and 300,000 tokens) in one; compatible
 # servers often fewer. A longer list is sent as several requests, in order.
 MAX_BATCH = 256
-FLEET = "fleet"
+FLEET_CONFIG = "fleet"  # the cache label of the fleet's embeddings settings (no org's own)
 
 
 class EmbeddingsError(Exception):
@@ -238,7 +238,7 @@ class OrgRoutedEmbedder:
     def source(self, org_id: uuid.UUID | None) -> str:
         """`fleet`, or the org's own server as of its last change."""
         config = None if org_id is None else self.orgs.config(org_id)
-        return FLEET if config is None else f"org:{config.updated_at.isoformat()}"
+        return FLEET_CONFIG if config is None else f"org:{config.updated_at.isoformat()}"
 
 
 def fleet_base_url(settings: Settings) -> str | None:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import redis
 
 from shared.embeddings.provider import (
-    FLEET,
+    FLEET_CONFIG,
     Embedder,
     EmbeddingsTimeout,
     InvalidVectors,
@@ -127,7 +127,7 @@ class QueryEmbeddings:
     def _key(self, text: str, org_id: uuid.UUID | None) -> tuple[str, str]:
         """The org's hash and the text's field in it."""
         embedder = self.embedder
-        source = embedder.source(org_id) if isinstance(embedder, Routed) else FLEET
+        source = embedder.source(org_id) if isinstance(embedder, Routed) else FLEET_CONFIG
         parts = (embedder.model, str(org_id or "-"), source, text)
         return _org_key(org_id), hashlib.sha256("\0".join(parts).encode()).hexdigest()
 

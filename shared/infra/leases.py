@@ -15,6 +15,9 @@ import uuid
 
 import redis
 
+from shared.domain.errors import TooBusy
+from shared.infra.metrics import LIMIT_HITS
+
 log = logging.getLogger(__name__)
 
 _NOW_MS = """
@@ -76,6 +79,27 @@ class OrgLeases:
         lease_id = uuid.uuid4().hex
         taken = self._acquire(keys=[self.key(org_id)], args=[limit, self._lease_ms, lease_id])
         return lease_id if taken == 1 else None
+
+    def admit(self, *, org_id: uuid.UUID, limit: int, what: str, retry_after_s: int) -> str | None:
+        """A lease of the org for work a client asked for, or TooBusy (429, counted in
+        `driftless_limit_hits_total{kind}`) when it holds `limit` already. None when
+        Redis cannot count: the work goes on uncounted, since refusing every org's work
+        while Redis blips would do more harm than one org past its count for that while."""
+        try:
+            lease_id = self.acquire(org_id=org_id, limit=limit)
+        except redis.RedisError:
+            log.warning("%s slots unavailable (Redis); going on uncounted", self.kind,
+                        exc_info=True)  # fmt: skip
+            return None
+        if lease_id is None:
+            LIMIT_HITS.labels(kind=self.kind).inc()
+            log.info("%s refused: org %s already runs %d at once", self.kind, org_id, limit)
+            raise TooBusy(
+                f"this organization already runs {limit} {what} at once; retry in"
+                f" {retry_after_s} s",
+                retry_after_s=retry_after_s,
+            )
+        return lease_id
 
     def renew(self, *, org_id: uuid.UUID, lease_id: str) -> bool:
         """Extend the lease; False if it had lapsed."""

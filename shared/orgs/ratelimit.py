@@ -73,7 +73,7 @@ class RequestLimit:
         return RequestLimit(per_s=per_s, burst=burst)
 
 
-class RateLimited(TooBusy):
+class RequestRateLimited(TooBusy):
     """The org used up its request bucket; the same request may succeed `retry_after_s` later."""
 
     code = "rate_limited"
@@ -113,7 +113,7 @@ class RequestLimiter:
 
     def admit(self, caller: Caller) -> None:
         """Take a token from the caller's org (a spare one this process holds, or one
-        from Redis), or raise `RateLimited`."""
+        from Redis), or raise `RequestRateLimited`."""
         limit = self.default.of(caller)
         if limit.per_s <= 0 or self._spend_spare(caller.org_id):
             return
@@ -143,7 +143,7 @@ class RequestLimiter:
         LIMIT_HITS.labels("requests").inc()
         wait_s = retry_after_s(taken.wait_ms)
         log.info("org %s is past its request rate limit, retry in %ds", caller.org_id, wait_s)
-        raise RateLimited(
+        raise RequestRateLimited(
             f"this org's request rate limit ({limit.per_s:g} requests a second, bursts of"
             f" {limit.burst}) is used up; retry in {wait_s} s. An operator raises it with"
             " `driftless orgs set ORG --requests-per-s N --request-burst N`",

@@ -18,10 +18,8 @@ import weakref
 
 import redis
 
-from shared.domain.errors import TooBusy
 from shared.domain.limits import MAX_EXPORTS_PER_ORG
 from shared.infra.leases import OrgLeases
-from shared.infra.metrics import LIMIT_HITS
 
 log = logging.getLogger(__name__)
 
@@ -91,17 +89,7 @@ def _admit(kind: str, *, redis_client: redis.Redis | None, org_id: uuid.UUID, li
     if redis_client is None:  # a runtime without Redis (a script, the CLI): no cap
         return Slot(None, org_id, None)
     leases = OrgLeases(redis_client, kind=kind, lease_s=LEASE_S)
-    try:
-        lease_id = leases.acquire(org_id=org_id, limit=limit)
-    except redis.RedisError:
-        # The count is lost for now, not the work: the org's own pool share still bounds it.
-        log.warning("%s slots unavailable (Redis); going on uncounted", kind, exc_info=True)
-        return Slot(None, org_id, None)
-    if lease_id is None:
-        LIMIT_HITS.labels(kind=kind).inc()
-        log.info("%s refused: org %s already runs %d at once", kind, org_id, limit)
-        raise TooBusy(
-            f"this organization already runs {limit} {kind} at once; retry in {RETRY_AFTER_S} s",
-            retry_after_s=RETRY_AFTER_S,
-        )
-    return Slot(leases, org_id, lease_id)
+    # Without Redis the count is lost for now, not the work: the org's own pool share
+    # still bounds it.
+    lease_id = leases.admit(org_id=org_id, limit=limit, what=kind, retry_after_s=RETRY_AFTER_S)
+    return Slot(None if lease_id is None else leases, org_id, lease_id)

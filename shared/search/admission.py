@@ -10,19 +10,12 @@ HTTP search and the recall tool (HTTP and MCP) both come through here.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import redis
-
-from shared.domain.errors import TooBusy
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.leases import OrgLeases
-from shared.infra.metrics import LIMIT_HITS
-
-log = logging.getLogger(__name__)
 
 KIND = "searches"
 # Longer than a search can last (the pool's 10 s wait plus the web's 5 s statement
@@ -38,24 +31,15 @@ def search_slot(*, uow: UnitOfWork, org_id: uuid.UUID) -> Iterator[None]:
     if uow.redis is None:  # a unit of work without Redis (a script, a test): no cap
         yield
         return
-    limit = uow.limits.searches_per_org
     leases = OrgLeases(uow.redis, kind=KIND, lease_s=LEASE_S)
-    try:
-        lease_id = leases.acquire(org_id=org_id, limit=limit)
-    except redis.RedisError:
-        # The count is lost for now, not the search: it is a read of PostgreSQL, still
-        # bounded by the statement timeout.
-        log.warning("search slots unavailable (Redis); searching uncounted", exc_info=True)
-        yield
-        return
-    if lease_id is None:
-        LIMIT_HITS.labels(kind=KIND).inc()
-        log.info("search refused: org %s already runs %d searches", org_id, limit)
-        raise TooBusy(
-            f"this organization already runs {limit} searches at once; retry in {RETRY_AFTER_S} s",
-            retry_after_s=RETRY_AFTER_S,
-        )
+    # Without Redis the count is lost for now, not the search: it is a read of
+    # PostgreSQL, still bounded by the statement timeout.
+    lease_id = leases.admit(
+        org_id=org_id, limit=uow.limits.searches_per_org, what="searches",
+        retry_after_s=RETRY_AFTER_S,
+    )  # fmt: skip
     try:
         yield
     finally:
-        leases.release(org_id=org_id, lease_id=lease_id)
+        if lease_id is not None:
+            leases.release(org_id=org_id, lease_id=lease_id)

@@ -27,9 +27,9 @@ from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import RecordingQueue
 from shared.orgs.ratelimit import (
     SPARE_MAX,
-    RateLimited,
     RequestLimit,
     RequestLimiter,
+    RequestRateLimited,
     bucket_key,
     spare_tokens,
 )
@@ -179,7 +179,7 @@ def test_requests_pass_when_redis_is_down_and_the_outage_is_logged_once(
     caller = Caller(org_id=uuid.uuid4())
     with caplog.at_level(logging.WARNING, logger="shared.orgs.ratelimit"):
         for _ in range(3):
-            limiter.admit(caller)  # no RateLimited although the burst is 1
+            limiter.admit(caller)  # no RequestRateLimited although the burst is 1
     [logged] = caplog.records
     assert "Redis is unavailable" in logged.getMessage()
     down.close()
@@ -217,7 +217,7 @@ def test_a_tiny_rate_keeps_the_bucket_closed_instead_of_failing_open_41(redis_ur
     limiter = RequestLimiter(client, default=RequestLimit(per_s=1e-20, burst=1))
     caller = Caller(org_id=uuid.uuid4())
     limiter.admit(caller)
-    with pytest.raises(RateLimited) as refused:
+    with pytest.raises(RequestRateLimited) as refused:
         limiter.admit(caller)
     assert refused.value.retry_after_s > 86_400  # a month's cap, not a negative overflow
     client.close()
@@ -263,7 +263,7 @@ def test_spare_tokens_never_admit_more_than_the_bucket_holds_42(redis_url: str) 
                 limiter.admit(caller)
                 admitted += 1
                 levels.append(_level(client, caller.org_id))
-            except RateLimited:
+            except RequestRateLimited:
                 refused[index] = True
 
     assert admitted == 640
