@@ -48,7 +48,7 @@ from shared.providers.routing import route_by_org
 from shared.triggers.debounce import Debouncer
 from shared.usage.service import UsageLedger
 from shared.webhooks.deadline import webhook_client
-from shared.webhooks.delivery import Policy
+from shared.webhooks.policy import Policy
 
 # A request or a CLI command must fail, not hang, when Redis is down (R29: the exit
 # triggers degrade to `dropped`); a worker waits on Redis as long as it must.

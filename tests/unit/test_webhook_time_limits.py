@@ -14,7 +14,7 @@ import worker.tasks  # noqa: F401  (registers the shared tasks before an app fin
 from shared.infra.config import Settings
 from shared.infra.queue import DELIVER_WEBHOOK
 from shared.infra.runtime import Endpoints
-from shared.webhooks.delivery import DRAIN_BUDGET_S, Policy
+from shared.webhooks.policy import DRAIN_BUDGET_S, Policy
 from worker.app import LLM_TASK_TIME_LIMIT_S, make_celery
 
 ENDPOINTS = Endpoints(

@@ -19,10 +19,12 @@ from shared.auth.models import Org
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import RecordingQueue
 from shared.infra.sealing import SecretBox
+from shared.webhooks.attempt import Answer, Attempt, attempt
 from shared.webhooks.deadline import webhook_client
-from shared.webhooks.delivery import Answer, Attempt, Policy, attempt, deliver
+from shared.webhooks.delivery import deliver
 from shared.webhooks.events import FACTS_CHANGED, record_event
 from shared.webhooks.models import WebhookDelivery
+from shared.webhooks.policy import Policy
 from shared.webhooks.service import subscribe
 from shared.webhooks.slots import WebhookSlots
 from tests.helpers import wait_for

@@ -16,7 +16,8 @@ import pytest
 
 from shared.infra.sealing import SecretBox
 from shared.infra.targets import IPAddress
-from shared.webhooks.delivery import Answer, Attempt, Policy, attempt
+from shared.webhooks.attempt import Answer, Attempt, attempt
+from shared.webhooks.policy import Policy
 from tests.services import SEALING_KEY
 from tests.webhook_receiver import Answer as ReceiverAnswer
 from tests.webhook_receiver import Receiver

@@ -19,17 +19,11 @@ from shared.auth.models import Org
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import DELIVER_WEBHOOK, Job, RecordingQueue
 from shared.infra.sealing import SecretBox
-from shared.webhooks.delivery import (
-    Answer,
-    Policy,
-    attempt,
-    claim,
-    deliver,
-    overdue_jobs,
-    settle,
-)
+from shared.webhooks.attempt import Answer, attempt
+from shared.webhooks.delivery import claim, deliver, overdue_jobs, settle
 from shared.webhooks.events import FACTS_CHANGED, record_event
 from shared.webhooks.models import Webhook, WebhookDelivery
+from shared.webhooks.policy import Policy
 from shared.webhooks.service import dispatch_overdue, subscribe
 from shared.webhooks.slots import WebhookSlots
 from tests.services import SEALING_KEY
