@@ -156,4 +156,10 @@ async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
 def serve_http(rt: Runtime, *, host: str, port: int) -> None:
     import uvicorn
 
-    uvicorn.run(http_app(rt, host=host, port=port), host=host, port=port, log_level="info")
+    # No logging config of uvicorn's own: its loggers ("uvicorn.error", "uvicorn.access")
+    # then reach the root logger, whose handler writes every process's lines
+    # (LOG_FORMAT: JSON, or text), instead of uvicorn's text among the JSON.
+    uvicorn.run(
+        http_app(rt, host=host, port=port), host=host, port=port, log_level="info",
+        log_config=None,
+    )  # fmt: skip
