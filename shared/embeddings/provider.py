@@ -251,7 +251,7 @@ def embedder_builder(settings: Settings) -> Callable[[OrgModel], OpenAIEmbedder]
     the fleet's, which the operator chose), the fleet's model, dimensions and timeouts."""
     # An org's own server: pinned addresses, and one deadline for each call's connect, send
     # and whole answer (a server trickling its answer holds no worker past it).
-    pinned = PinnedBackend(allow_private=settings.webhook_allow_private)
+    pinned = PinnedBackend(allow_private=settings.providers_may_be_private)
     own = DeadlineBackend(pinned, timeouts=HTTPCORE2)
     tls = httpx2.create_ssl_context()
 

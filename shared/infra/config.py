@@ -73,6 +73,7 @@ ENVIRONMENT: dict[str, str] = {
     "DRIFTLESS_WEBHOOK_BACKOFF_S": "webhook_backoff_s",
     "DRIFTLESS_WEBHOOK_TIMEOUT_S": "webhook_timeout_s",
     "DRIFTLESS_WEBHOOK_ALLOW_PRIVATE": "webhook_allow_private",
+    "DRIFTLESS_PROVIDER_ALLOW_PRIVATE": "provider_allow_private",
     "DRIFTLESS_SECRET_KEYS": "secret_keys",
     "DRIFTLESS_WEBHOOK_KEYS": "webhook_keys",  # the old name of DRIFTLESS_SECRET_KEYS
     "DRIFTLESS_ORG_REQUESTS_PER_S": "org_requests_per_s",
@@ -178,6 +179,10 @@ class Settings(BaseModel):
     webhook_timeout_s: float = Field(default=10.0, gt=0, le=120)
     # Loopback, private and link-local targets are refused unless this is set (a dev box).
     webhook_allow_private: bool = False
+    # The same for orgs' own model and embeddings servers (`PUT /agents-api/provider`).
+    # Unset: DRIFTLESS_WEBHOOK_ALLOW_PRIVATE's value, which governed both before they
+    # were told apart (`providers_may_be_private`).
+    provider_allow_private: bool | None = None
     # Fernet keys, comma-separated, that seal stored secrets (webhook secrets, orgs' model
     # keys) in the database: the first seals, all open (rotation). Unset: storing a
     # secret is refused (shared/infra/sealing.py). `webhook_keys` is the deprecated name,
@@ -281,6 +286,14 @@ class Settings(BaseModel):
         if self.llm is not None:
             return self.llm
         return "openai" if self.openai_api_key else "local"
+
+    @property
+    def providers_may_be_private(self) -> bool:
+        """Whether an org's own model or embeddings server may be on a loopback or private
+        address: DRIFTLESS_PROVIDER_ALLOW_PRIVATE, else DRIFTLESS_WEBHOOK_ALLOW_PRIVATE."""
+        if self.provider_allow_private is not None:
+            return self.provider_allow_private
+        return self.webhook_allow_private
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:

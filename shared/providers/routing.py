@@ -137,7 +137,7 @@ def provider_builder(settings: Settings, *, calls: int, on_call: CallListener | 
     """How an org's own provider is built: the fleet's timeout and retries, its own key and
     model, and its own server on pinned connections (or the fleet's, which the operator
     chose, as the fleet's are made)."""
-    pinned = PinnedBackend(allow_private=settings.webhook_allow_private)
+    pinned = PinnedBackend(allow_private=settings.providers_may_be_private)
 
     def build(config: OrgModel) -> LLM:
         return OpenAIProvider(

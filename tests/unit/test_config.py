@@ -74,3 +74,24 @@ def test_the_window_block_must_fit_the_window() -> None:
     with pytest.raises(ConfigError, match="DRIFTLESS_WINDOW_BLOCK=30 must not exceed"):
         load_settings({"DRIFTLESS_WINDOW_BLOCK": "30"})
     assert load_settings({"DRIFTLESS_WINDOW_MODE": "sliding"}).window_mode == "sliding"
+
+
+@pytest.mark.parametrize(
+    ("webhook", "provider", "providers_private"),
+    [
+        (None, None, False),
+        ("true", None, True),  # unset: the webhook setting's value, as before it had its own
+        ("true", "false", False),  # a dev box's private receivers, public models only
+        (None, "true", True),
+    ],
+)
+def test_providers_may_be_private_follows_its_own_setting_else_the_webhooks_43(
+    webhook: str | None, provider: str | None, providers_private: bool
+) -> None:
+    environ = {
+        "DRIFTLESS_WEBHOOK_ALLOW_PRIVATE": webhook,
+        "DRIFTLESS_PROVIDER_ALLOW_PRIVATE": provider,
+    }
+    settings = load_settings({k: v for k, v in environ.items() if v is not None})
+    assert settings.providers_may_be_private is providers_private
+    assert settings.webhook_allow_private is (webhook == "true")

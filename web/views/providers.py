@@ -29,7 +29,7 @@ def put_provider(body: ProviderIn) -> dict[str, Any]:
             api_key=body.api_key,
             model=body.model,
             box=rt.secret_box,
-            allow_private=rt.settings.webhook_allow_private,
+            allow_private=rt.settings.providers_may_be_private,
         )
         answer = dump(ProviderOut.model_validate(shown))
         uow.commit()
