@@ -10,7 +10,7 @@ from flask import jsonify
 from flask_openapi3 import Info, OpenAPI
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.infra.bootstrap import Runtime
+from shared.bootstrap import Runtime
 from shared.infra.config import Settings, load_settings_or_exit
 from shared.infra.heap import freeze_startup_objects
 from shared.infra.logs import configure_logging

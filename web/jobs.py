@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from celery import Celery
 
-from shared.infra.bootstrap import Runtime
+from shared.bootstrap import Runtime
 from shared.infra.broker import sender_settings
 from shared.infra.queue import CeleryJobQueue, JobQueue
 

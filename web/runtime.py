@@ -1,10 +1,10 @@
-"""The process's runtime (shared/infra/bootstrap.py), as a request sees it."""
+"""The process's runtime (shared/bootstrap.py), as a request sees it."""
 
 from __future__ import annotations
 
 from flask import current_app
 
-from shared.infra.bootstrap import Runtime
+from shared.bootstrap import Runtime
 from shared.infra.db.uow import UnitOfWork
 
 

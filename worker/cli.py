@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from shared.auth.service import create_api_key, list_keys, org_id_named, revoke_key
-from shared.infra.bootstrap import Runtime
+from shared.bootstrap import Runtime
 from shared.infra.config import load_settings_or_exit
 from shared.infra.db import migrate
 from shared.infra.logs import configure_logging

@@ -8,15 +8,15 @@ from typing import Any
 
 import click
 
+from shared.bootstrap import Runtime
 from shared.domain.errors import DomainError
-from shared.infra.bootstrap import Runtime
 from shared.infra.config import load_settings_or_exit
 from shared.infra.runtime import database_url_of
 
 
 @contextmanager
 def command_runtime(**overrides: Any) -> Iterator[Runtime]:
-    """A command's runtime (shared/infra/bootstrap.py): one connection, given back at the end.
+    """A command's runtime (shared/bootstrap.py): one connection, given back at the end.
     A domain error (no such org, an ambiguous prefix) ends the command with its message."""
     runtime = Runtime(load_settings_or_exit(), pool_size=1, max_overflow=0, **overrides)
     try:

@@ -10,7 +10,7 @@ import time
 
 import click
 
-from shared.infra.bootstrap import Runtime
+from shared.bootstrap import Runtime
 from shared.infra.config import load_settings_or_exit
 from shared.infra.queue import CeleryJobQueue
 from worker.cli_runtime import command_runtime, database_url
@@ -85,7 +85,7 @@ def secrets_reseal() -> None:
     """Seal every stored secret again under the first key of DRIFTLESS_SECRET_KEYS (after
     a new key was put first), and seal those stored as given. In batches, each committed:
     safe to interrupt and to run again (what is already under the first key is left)."""
-    from shared.infra.reseal import reseal
+    from shared.reseal import reseal
 
     with command_runtime() as rt:
         done = reseal(new_uow=rt.unit_of_work, box=rt.secret_box)

@@ -1,4 +1,4 @@
-"""The worker's runtime (shared/infra/bootstrap.py), sized for the pool that runs its tasks."""
+"""The worker's runtime (shared/bootstrap.py), sized for the pool that runs its tasks."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from celery.apps.worker import Worker as CommandLineWorker
 from celery.signals import worker_init
 from redis.exceptions import RedisError
 
-from shared.infra.bootstrap import Runtime
+from shared.bootstrap import Runtime
 from shared.infra.broker import CONSUMER_POLLS
 from shared.infra.config import Settings
 from shared.infra.db.uow import UnitOfWork

@@ -14,8 +14,8 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from shared.bootstrap import Runtime
 from shared.infra import fleet_trial
-from shared.infra.bootstrap import Runtime
 from shared.infra.fair import LANES, FairJob, FairQueue, Lane
 from shared.infra.queue import LLM_BULK_QUEUE, LLM_QUEUE, Job, ticket
 from shared.llm.ratelimit import RateLimited

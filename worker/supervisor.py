@@ -28,7 +28,7 @@ from types import FrameType
 import click
 
 from shared.auth.service import create_api_key, org_for_key
-from shared.infra.bootstrap import Runtime
+from shared.bootstrap import Runtime
 from shared.infra.config import Settings
 from shared.infra.db.migrate import upgrade
 from shared.infra.embedded import DEV_SECRET_KEY_FILE, dev_secret_key

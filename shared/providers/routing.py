@@ -1,6 +1,6 @@
 """Each org's calls to its own model (bring your own key), the others' to the fleet's.
 
-`OrgRoutedLLM` is the process's LLM (shared/infra/bootstrap.py wraps the fleet's in it):
+`OrgRoutedLLM` is the process's LLM (shared/bootstrap.py wraps the fleet's in it):
 a call whose request names an org that set a model (PUT /agents-api/provider) goes to
 an OpenAI-compatible provider built for that org, through its own circuit breaker
 (breaker.py); every other call goes to `inner`, the fleet's LLM with its rate limit.

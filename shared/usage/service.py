@@ -1,7 +1,7 @@
 """The usage ledger: a row for every LLM call a worker makes, written as the call returns
 or fails, and an org's totals since a moment (`GET /agents-api/usage`).
 
-A row is written by the provider's `on_call` (`UsageLedger`, wired in shared/infra/bootstrap.py),
+A row is written by the provider's `on_call` (`UsageLedger`, wired in shared/bootstrap.py),
 in a short transaction of its own right after the call: the provider counted the call
 whatever happens to the caller's own write later, and a task retried after a failure
 that calls the model again made a second real call, with a second row.

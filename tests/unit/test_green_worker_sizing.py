@@ -10,7 +10,7 @@ import pytest
 from celery import Celery
 from celery.concurrency import get_implementation
 
-from shared.infra.bootstrap import Runtime
+from shared.bootstrap import Runtime
 from shared.infra.broker import CONSUMER_POLLS
 from shared.infra.config import Settings
 from shared.infra.db.engine import POOL_TIMEOUT_S

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from celery.concurrency import get_implementation
 
-from shared.infra.bootstrap import Runtime
+from shared.bootstrap import Runtime
 from shared.infra.config import Settings
 from shared.infra.runtime import Endpoints
 from worker.context import pool_name, size_for_worker

@@ -20,7 +20,7 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 
 from shared.auth.service import org_for_key
-from shared.infra.bootstrap import Runtime
+from shared.bootstrap import Runtime
 
 T = TypeVar("T")
 

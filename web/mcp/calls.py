@@ -10,9 +10,9 @@ import uuid
 from typing import Any
 
 from shared.auth.service import org_for_key
+from shared.bootstrap import Runtime
 from shared.context.service import ContextOptions, assemble_context
 from shared.domain.errors import DomainError, Invalid
-from shared.infra.bootstrap import Runtime
 from shared.infra.db.uow import UnitOfWork
 from shared.tools.service import execute_tool
 from web.schemas.common import dump

@@ -1,9 +1,9 @@
 """The MCP server's runtime: the same PostgreSQL, Redis and broker as the web app, built
-in shared/infra/bootstrap.py, with jobs sent like the web sends them (web/jobs.py)."""
+in shared/bootstrap.py, with jobs sent like the web sends them (web/jobs.py)."""
 
 from __future__ import annotations
 
-from shared.infra.bootstrap import Runtime
+from shared.bootstrap import Runtime
 from shared.infra.config import Settings
 from web.jobs import make_job_queue
 

@@ -31,8 +31,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from shared.bootstrap import Runtime
 from shared.domain.errors import DomainError
-from shared.infra.bootstrap import Runtime
 from shared.tools.definitions import BUILT_IN_TOOL_NAMES
 from web.mcp.auth import ApiKeyVerifier, admitted, caller_key
 from web.mcp.calls import call_built_in, session_context

@@ -24,8 +24,8 @@ from typing import Any
 
 from flask import Response, current_app, request, stream_with_context
 
+from shared.bootstrap import Runtime
 from shared.evaluations.requests import request_evaluation
-from shared.infra.bootstrap import Runtime
 from shared.infra.live import LiveHub
 from shared.infra.live_streams import Refusal, StreamGate, StreamLeases, StreamTimer, event_stream
 from shared.sessions.service import load_session

@@ -6,7 +6,7 @@ from alembic import context
 from sqlalchemy import create_engine, pool
 
 from shared.infra.db.engine import sqlalchemy_url
-from shared.infra.db.models import VECTOR_TABLES, Base
+from shared.models import VECTOR_TABLES, Base
 
 config = context.config
 target_metadata = Base.metadata

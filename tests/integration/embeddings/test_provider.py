@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from shared.bootstrap import Runtime
 from shared.embeddings.provider import (
     EmbeddingsError,
     EmbeddingsTimeout,
@@ -16,7 +17,6 @@ from shared.embeddings.provider import (
     OrgRoutedEmbedder,
     make_embedder,
 )
-from shared.infra.bootstrap import Runtime
 from shared.infra.config import Settings, load_settings
 from tests.embedding_standin import cosine, embedding
 from tests.integration.embeddings.standin_env import MODEL, embeddings_on

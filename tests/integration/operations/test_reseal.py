@@ -16,7 +16,7 @@ from shared.auth.models import Org
 from shared.domain.errors import SealingKeyMissing
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import RecordingQueue
-from shared.infra.reseal import Resealed, reseal, sealed_columns
+from shared.reseal import Resealed, reseal, sealed_columns
 from shared.infra.sealing import SecretBox, SecretUnavailable
 from shared.providers.models import OrgProvider
 from shared.webhooks.models import Webhook
@@ -62,7 +62,7 @@ def _by_column(done: list[Resealed]) -> dict[str, tuple[int, int, int, int]]:
 
 
 def test_every_sealed_column_is_found_41() -> None:
-    from shared.infra.db.models import Base
+    from shared.models import Base
 
     names = {f"{column.table.name}.{column.name}" for column in sealed_columns()}
     assert names == {"webhooks.sealed_secret", "org_providers.sealed_api_key"}

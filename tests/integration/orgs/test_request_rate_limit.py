@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.models import Org
 from shared.auth.service import Caller, create_api_key
-from shared.infra.bootstrap import Runtime
+from shared.bootstrap import Runtime
 from shared.infra.config import Settings
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import RecordingQueue

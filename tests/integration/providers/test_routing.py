@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import REGISTRY, generate_latest
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.infra.bootstrap import Runtime
+from shared.bootstrap import Runtime
 from shared.infra.config import Settings
 from shared.infra.metrics import OWN_MODEL
 from shared.llm.base import LLMError, SummaryRequest, TranscriptLine

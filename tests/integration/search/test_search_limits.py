@@ -16,9 +16,9 @@ from prometheus_client import REGISTRY
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.service import org_for_key
+from shared.bootstrap import Runtime
 from shared.domain.errors import TooBusy
 from shared.domain.limits import Limits
-from shared.infra.bootstrap import Runtime
 from shared.infra.config import Settings
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.leases import OrgLeases

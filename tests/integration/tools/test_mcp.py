@@ -32,8 +32,8 @@ from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.auth.service import create_api_key, org_for_key
+from shared.bootstrap import Runtime
 from shared.curation.rules import KEEP_SET_BY_USER
-from shared.infra.bootstrap import Runtime
 from shared.infra.config import Settings
 from shared.infra.db.engine import make_engine, make_session_factory
 from shared.infra.db.uow import UnitOfWork

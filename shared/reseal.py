@@ -1,7 +1,7 @@
 """`driftless secrets reseal`: every stored secret sealed again under the newest key.
 
 The columns are those the models mark `info={SEALED: True}` (shared/infra/sealing.py);
-shared/infra/db/models.py imports every model, so none is missed. Each table is walked
+shared/models.py imports every model, so none is missed. Each table is walked
 by primary key in batches, each batch its own short transaction, so a long table holds
 no lock for long and an interrupted run loses at most one batch. A row is written only
 if it still holds what was read (compare and set): a secret replaced meanwhile keeps its
@@ -40,7 +40,7 @@ class Resealed:
 
 def sealed_columns() -> list[Column[str]]:
     """Every column of every model marked as holding sealed secrets, in table order."""
-    from shared.infra.db.models import Base
+    from shared.models import Base
 
     return [
         column
