@@ -84,6 +84,13 @@ def serve_next(
             with suppress(RedisError):  # the job's own error is the one to raise
                 _done(runtime, lane, job, runner)  # lost: the reconciler sends it again
             raise
+        except BaseException:
+            # The hard time limit (gevent's Timeout) or a kill ends the job here: not
+            # running any more, though its process lives on and beats, so the reconciler
+            # may send it again rather than wait out the mark's expiry.
+            with suppress(Exception):
+                _done(runtime, lane, job, runner)
+            raise
         JOB_WAIT.labels(lane).observe(max(0.0, started - job.pushed_at))
         _done(runtime, lane, job, runner)
         return outcome

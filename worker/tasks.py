@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from celery import Celery, Task, shared_task
+from celery.exceptions import Retry
 from redis.exceptions import RedisError
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -86,11 +87,13 @@ def _within_quota(task: Task) -> Iterator[None]:
 
 def _held_while_running(task: Task, name: str, topic_id: str) -> AbstractContextManager[None]:
     """A model job from the broker is marked held while it runs, and while Celery retries
-    it (shared/infra/held.py): the reconciler does not send it again meanwhile."""
+    it (shared/infra/held.py): the reconciler does not send it again meanwhile. A hard
+    time limit is no retry: such a job is the reconciler's at once."""
     runtime = context_of(task.app)
     return runtime.held.running(
-        subject_of(name, {"topic_id": topic_id}), runtime.heartbeat.runner()
-    )
+        subject_of(name, {"topic_id": topic_id}), runtime.heartbeat.runner(),
+        retried=lambda exc: isinstance(exc, (Retry, RateLimited, *RETRYABLE)),
+    )  # fmt: skip
 
 
 def settle(app: Celery, campaign_id: str, topic_id: str, *, failed: bool) -> None:

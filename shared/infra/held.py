@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import redis
@@ -38,9 +38,9 @@ log = logging.getLogger(__name__)
 # How long after its countdown a job sent to the broker may still be on its way: it
 # waits for a free slot behind the tickets of its queue.
 BROKER_MARGIN_S = 120.0
-# A direct job that raised is retried by Celery within its backoff's cap (worker/tasks.py,
-# 60 s): held that long, plus the margin. A job that will not be retried is sent again
-# by the reconciler once this lapses.
+# A direct job that raised an error its task retries is back within Celery's backoff cap
+# (worker/tasks.py, 60 s): held that long, plus the margin. One past its last retry is
+# sent again by the reconciler once this lapses.
 RETRY_HOLD_S = 60.0 + BROKER_MARGIN_S
 _DELAYED = "driftless:held:delayed:"
 _RUNNING = "driftless:held:running:"
@@ -127,9 +127,12 @@ class HeldJobs:
             log.warning("held mark of %s not set: %s", subject, exc)
 
     @contextmanager
-    def running(self, subject: str, runner: str) -> Iterator[None]:
+    def running(
+        self, subject: str, runner: str, *, retried: Callable[[BaseException], bool]
+    ) -> Iterator[None]:
         """A job from the broker runs in `runner` (a live process): held while it runs,
-        and while Celery retries it if it raised. Redis errors never fail the job."""
+        and, when it raised an error `retried` says its queue retries, until that retry
+        is due (and a margin). Redis errors never fail the job."""
         if not subject:
             yield
             return
@@ -142,8 +145,9 @@ class HeldJobs:
             log.warning("held mark of %s not set: %s", subject, exc)
         try:
             yield
-        except BaseException:
-            self._mark_delayed(subject, RETRY_HOLD_S)  # before the running mark goes
+        except BaseException as exc:
+            if retried(exc):
+                self._mark_delayed(subject, RETRY_HOLD_S)  # before the running mark goes
             raise
         finally:
             try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -117,16 +118,23 @@ def test_a_job_from_the_broker_is_held_while_it_runs_and_while_celery_retries_it
     client: redis.Redis,
 ) -> None:
     held, runner = HeldJobs(client), live_runner(client)
-    ran, failed = uuid.uuid4(), uuid.uuid4()
-    with held.running(subject_of(SUMMARIZE_TOPIC, {"topic_id": str(ran)}), runner):
+    ran, retried, timed_out = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+
+    def running(topic_id: uuid.UUID) -> Any:
+        return held.running(
+            subject_of(SUMMARIZE_TOPIC, {"topic_id": str(topic_id)}), runner,
+            retried=lambda exc: isinstance(exc, ConnectionError),
+        )  # fmt: skip
+
+    with running(ran):
         assert is_held(client, ran)
     assert not is_held(client, ran)
-    with (
-        pytest.raises(ConnectionError),
-        held.running(subject_of(SUMMARIZE_TOPIC, {"topic_id": str(failed)}), runner),
-    ):
+    with pytest.raises(ConnectionError), running(retried):
         raise ConnectionError("the database went away: Celery retries it with backoff")
-    assert is_held(client, failed)
+    assert is_held(client, retried)
+    with pytest.raises(TimeoutError), running(timed_out):
+        raise TimeoutError("the hard time limit: no retry comes")
+    assert not is_held(client, timed_out)
 
 
 def test_erasure_forgets_every_mark_of_a_topic_42b(fair: FairQueue, client: redis.Redis) -> None:

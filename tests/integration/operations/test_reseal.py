@@ -16,9 +16,9 @@ from shared.auth.models import Org
 from shared.domain.errors import SealingKeyMissing
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import RecordingQueue
-from shared.reseal import Resealed, reseal, sealed_columns
 from shared.infra.sealing import SecretBox, SecretUnavailable
 from shared.providers.models import OrgProvider
+from shared.reseal import Resealed, reseal, sealed_columns
 from shared.webhooks.models import Webhook
 from tests.services import SEALING_KEY
 from worker.cli import main

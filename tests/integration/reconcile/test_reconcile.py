@@ -219,8 +219,10 @@ def test_a_job_whose_worker_died_mid_run_is_sent_again_and_a_live_ones_is_not_42
     topic_id = close_one(client, auth)
     reconcile()
     live = Heartbeat(lambda: redis_client, ttl_s=30).runner()
-    popped = fair.take("live", runner=live).job
-    assert popped is not None and popped.kwargs["topic_id"] == topic_id
+    popped = []  # the run may have sent other tests' lost topics too
+    while (turn := fair.take("live", runner=live)).job is not None:
+        popped.append(turn.job.kwargs["topic_id"])
+    assert topic_id in popped
     _, jobs = reconcile()
     assert jobs_for(jobs, topic_id) == []  # running, its worker beats
     redis_client.delete(alive_key(live))  # kill -9: nobody beats for its job any more
