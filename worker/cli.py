@@ -14,7 +14,8 @@ from typing import Any
 
 import click
 
-from shared.auth.service import create_api_key, list_keys, org_id_named, revoke_key
+from shared.auth.service import create_api_key, ensure_org, list_keys, org_id_named, revoke_key
+from shared.domain.errors import NotFound
 from shared.infra.bootstrap import Runtime
 from shared.infra.config import load_settings_or_exit
 from shared.infra.db import migrate
@@ -369,7 +370,17 @@ def export(org: str, agent_id: str | None, user_id: str | None, output: Any) -> 
 )
 @click.option("--agent", "agent_id", help="openai-chat: the agent the histories belong to.")
 @click.option("--user", "user_id", help="openai-chat: the user the histories belong to.")
-def import_(file: str, org: str, source: str, agent_id: str | None, user_id: str | None) -> None:
+@click.option(
+    "--create-org", is_flag=True, help="Create ORG if there is none (moving an org here)."
+)
+def import_(
+    file: str,
+    org: str,
+    source: str,
+    agent_id: str | None,
+    user_id: str | None,
+    create_org: bool,
+) -> None:
     """Import FILE into ORG: one transaction a session; again, it changes nothing."""
     from shared.infra.heap import freeze_startup_objects
     from shared.portability.importing import import_stream
@@ -379,8 +390,7 @@ def import_(file: str, org: str, source: str, agent_id: str | None, user_id: str
     sender = make_celery(load_settings_or_exit())
     queue = lambda rt: CeleryJobQueue(sender, rt.fair)  # noqa: E731
     with command_runtime(make_queue=queue) as rt, open(file, "rb") as raw:
-        with rt.unit_of_work() as uow:
-            org_id = org_id_named(uow=uow, org_name=org)
+        org_id = _import_org(rt, org, create=create_org)
         # The command's start-up objects live until it exits; left in the collector's way,
         # they were walked again every few thousand lines: a fifth of the import's time.
         freeze_startup_objects()
@@ -391,6 +401,23 @@ def import_(file: str, org: str, source: str, agent_id: str | None, user_id: str
                 limits=rt.limits, source=source, agent_id=agent_id, user_id=user_id,
             )  # fmt: skip
     click.echo(json.dumps(imported.as_dict(), sort_keys=True))
+
+
+def _import_org(rt: Runtime, org: str, *, create: bool) -> uuid.UUID:
+    """ORG's id; with `create`, ORG is made if it is new (and kept should the import fail:
+    the same command again goes on into it)."""
+    with rt.unit_of_work() as uow:
+        if create:
+            org_id = ensure_org(uow=uow, org_name=org)
+            uow.commit()
+            return org_id
+        try:
+            return org_id_named(uow=uow, org_name=org)
+        except NotFound as missing:
+            raise click.ClickException(
+                f"{missing.message}: pass --create-org to create it, or create a key for it"
+                f" first (driftless keys create {org})"
+            ) from None
 
 
 class _Progress:
