@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from flask import Blueprint, Response, redirect, send_from_directory
+from werkzeug.wrappers import Response as Redirect
 
 CONSOLE_DIR = Path(__file__).resolve().parent.parent / "console"
 
@@ -26,7 +27,7 @@ def page(sid: str | None = None) -> Response:
 
 
 @bp.get("/")
-def root() -> Response:
+def root() -> Redirect:
     """The bare URL the start banner prints leads to the console (no key asked: a page)."""
     return redirect("/console")
 
