@@ -31,7 +31,13 @@ from shared.auth.service import create_api_key, org_for_key
 from shared.infra.bootstrap import Runtime
 from shared.infra.config import Settings
 from shared.infra.db.migrate import upgrade
-from shared.infra.embedded import DEV_SECRET_KEY_FILE, dev_secret_key
+from shared.infra.embedded import (
+    DEV_SECRET_KEY_FILE,
+    dev_secret_key,
+    owner_of,
+    start_postgres,
+    start_redis,
+)
 from shared.infra.logs import LogFormat, configure_logging
 from shared.infra.queue import QUEUES
 from shared.infra.runtime import Endpoints
@@ -258,6 +264,31 @@ def _wait_for_web(groups: list[ProcessGroup], port: int, stop: _StopSignals) -> 
     return None
 
 
+def _servers(settings: Settings, cleanup: ExitStack) -> tuple[str, str, list[str]]:
+    """The database and Redis URLs: the configured ones, else the embedded servers',
+    started or joined, each stopped on exit only if this process owns it (a server
+    another `up` owns is left running for it); and a note for each one joined."""
+    database_url, redis_url = settings.database_url, settings.redis_url
+    joined = []
+    if database_url is None:
+        postgres = start_postgres(settings.home, stop_with_caller=True)
+        cleanup.callback(postgres.stop)
+        database_url = postgres.url
+        if postgres.owner is None:
+            joined.append(_joined_note("PostgreSQL", owner_of(settings.home, "postgres")))
+    if redis_url is None:
+        redis = start_redis(settings.home, stop_with_caller=True)
+        cleanup.callback(redis.stop)
+        redis_url = redis.url
+        if redis.owner is None:
+            joined.append(_joined_note("Redis", owner_of(settings.home, "redis")))
+    return database_url, redis_url, joined
+
+
+def _joined_note(server: str, owner: str) -> str:
+    return f"joined the embedded {server} of process {owner}: it stops with that one, not this"
+
+
 def run_system(settings: Settings) -> int:
     """Run until Ctrl-C (or SIGTERM, SIGHUP, or any child dying); returns the exit status."""
     home = settings.home
@@ -274,19 +305,7 @@ def run_system(settings: Settings) -> int:
     # Callbacks run last-registered first: children stop before their metrics directory
     # goes and before the embedded servers they use.
     with ExitStack() as cleanup:
-        database_url, redis_url = settings.database_url, settings.redis_url
-        if database_url is None:
-            from shared.infra.embedded import start_postgres
-
-            postgres = start_postgres(home, stop_with_caller=True)
-            cleanup.callback(postgres.stop)
-            database_url = postgres.url
-        if redis_url is None:
-            from shared.infra.embedded import start_redis
-
-            embedded_redis = start_redis(home)
-            cleanup.callback(embedded_redis.stop)
-            redis_url = embedded_redis.url
+        database_url, redis_url, joined = _servers(settings, cleanup)
         upgrade(database_url)
         endpoints = Endpoints(database_url, redis_url, settings.broker_url or redis_url)
         runtime = Runtime(settings, endpoints=endpoints, pool_size=1, max_overflow=0)
@@ -316,6 +335,8 @@ def run_system(settings: Settings) -> int:
             click.echo(f"driftless is up: http://127.0.0.1:{settings.port}  (console: /console)")
             click.echo(f"database: {database_url}")
             click.echo(f"redis:    {redis_url}")
+            for note in joined:
+                click.echo(note)
             click.echo(f"dev key file: {(home / 'dev-key').resolve()}")
             if VARIABLE in sealing:
                 click.echo(f"secrets sealed with: {(home / DEV_SECRET_KEY_FILE).resolve()}")
