@@ -11,6 +11,7 @@ import psycopg2
 import redis
 
 from shared.infra.embedded import start_postgres, start_redis
+from tests.embedded import EmbeddedServers
 from tests.helpers import wait_for
 
 
@@ -78,6 +79,7 @@ OWN_AND_DIE = """
 import os, sys
 from pathlib import Path
 from shared.infra.embedded import start_postgres, start_redis
+from tests.embedded import EmbeddedServers
 from tests.helpers import wait_for
 start_redis(Path(sys.argv[1]), stop_with_caller=True)
 start_postgres(Path(sys.argv[1]), stop_with_caller=True)
@@ -97,3 +99,21 @@ def test_servers_whose_owner_died_are_taken_over_and_stopped_43(tmp_path: Path) 
     wait_for(lambda: not _redis_answers(redis_server.url), what="the taken-over Redis to stop")
     assert not _sql_answers(postgres.url)
 
+
+def test_make_clean_stops_a_left_over_postgres_and_redis_43(tmp_path: Path) -> None:
+    # What a run left running (a `driftless` command started them, or a killed `up`).
+    home = tmp_path / ".driftless"
+    redis_server, postgres = start_redis(home), start_postgres(home)
+    servers = EmbeddedServers.of(home)
+    makefile = Path(__file__).resolve().parents[3] / "Makefile"
+    try:
+        subprocess.run(
+            ["make", "--no-print-directory", "-f", str(makefile), "-C", str(tmp_path), "clean"],
+            check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+        assert not home.exists()
+        assert not _sql_answers(postgres.url)
+        wait_for(lambda: not _redis_answers(redis_server.url), what="make clean to stop Redis")
+        assert len(servers.processes) == 2 and servers.running() == []
+    finally:
+        servers.stop()
