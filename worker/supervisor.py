@@ -51,6 +51,8 @@ START_TIMEOUT_S = 60.0  # for the web to answer /healthz
 POLL_S = 0.1
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 DEV_ORG = "dev"
+# A PYTHONWARNINGS filter: the start of Celery's SecurityWarning (celery/platforms.py).
+CELERY_ROOT_WARNING = "ignore:You're running the worker with superuser privileges"
 
 
 def _dev_key(runtime: Runtime, home: Path) -> str:
@@ -99,15 +101,18 @@ def _commands(settings: Settings) -> dict[str, list[str]]:
             "--graceful-timeout", str(GRACEFUL_TIMEOUT_S),
             "--no-control-socket", "web.app:create_app()",
         ],
+        # --quiet: no Celery banner (its broker, queues and tasks); the supervisor's own
+        # says where everything is, and Celery's pushed it out of sight.
         "worker": [
             # One process for every queue on a laptop, as the Procfile's worker: gevent
             # is the measured choice for LLM-bound work (docs/benchmarks.md, P4).
-            str(bin_dir / "celery"), "-A", "worker.main", "worker",
+            str(bin_dir / "celery"), "-A", "worker.main", "--quiet", "worker",
             "--queues", ",".join(QUEUES),
             "--pool", "gevent", "--concurrency", "128", "--loglevel", "INFO",
         ],
         "beat": [
-            str(bin_dir / "celery"), "-A", "worker.main", "beat", "--loglevel", "INFO",
+            str(bin_dir / "celery"), "-A", "worker.main", "--quiet", "beat",
+            "--loglevel", "INFO",
             "--schedule", str(settings.home.resolve() / "celerybeat-schedule"),
         ],
     }  # fmt: skip
@@ -234,9 +239,12 @@ def _environments(base: Mapping[str, str], web_metrics_dir: str) -> dict[str, di
     would make the web's /metrics and the worker's count each other's samples.
     """
     others = {k: v for k, v in base.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    # Celery warns a worker run as root, for a fleet's sake (deploy/ runs workers as a
+    # user of their own); a container's `make run` is root, and the warning was noise.
+    warnings = ",".join(filter(None, (base.get("PYTHONWARNINGS"), CELERY_ROOT_WARNING)))
     return {
         "web": {**others, "PROMETHEUS_MULTIPROC_DIR": web_metrics_dir},
-        "worker": others,
+        "worker": {**others, "PYTHONWARNINGS": warnings},
         "beat": others,
     }
 
