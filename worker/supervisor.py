@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +33,8 @@ from shared.infra.config import Settings
 from shared.infra.db.migrate import upgrade
 from shared.infra.embedded import (
     DEV_SECRET_KEY_FILE,
+    EmbeddedPostgres,
+    EmbeddedRedis,
     dev_secret_key,
     owner_of,
     start_postgres,
@@ -51,6 +53,7 @@ START_TIMEOUT_S = 60.0  # for the web to answer /healthz
 POLL_S = 0.1
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 DEV_ORG = "dev"
+EmbeddedServer = EmbeddedPostgres | EmbeddedRedis
 # A PYTHONWARNINGS filter: the start of Celery's SecurityWarning (celery/platforms.py).
 CELERY_ROOT_WARNING = "ignore:You're running the worker with superuser privileges"
 
@@ -276,25 +279,19 @@ def _servers(settings: Settings, cleanup: ExitStack) -> tuple[str, str, list[str
     """The database and Redis URLs: the configured ones, else the embedded servers',
     started or joined, each stopped on exit only if this process owns it (a server
     another `up` owns is left running for it); and a note for each one joined."""
-    database_url, redis_url = settings.database_url, settings.redis_url
-    joined = []
-    if database_url is None:
-        postgres = start_postgres(settings.home, stop_with_caller=True)
-        cleanup.callback(postgres.stop)
-        database_url = postgres.url
-        if postgres.owner is None:
-            joined.append(_joined_note("PostgreSQL", owner_of(settings.home, "postgres")))
-    if redis_url is None:
-        redis = start_redis(settings.home, stop_with_caller=True)
-        cleanup.callback(redis.stop)
-        redis_url = redis.url
-        if redis.owner is None:
-            joined.append(_joined_note("Redis", owner_of(settings.home, "redis")))
+    joined: list[str] = []
+
+    def embedded(name: str, key: str, start: Callable[..., EmbeddedServer]) -> str:
+        server = start(settings.home, stop_with_caller=True)
+        cleanup.callback(server.stop)
+        if server.owner is None:
+            owner = owner_of(settings.home, key)
+            joined.append(f"joined the embedded {name} of process {owner}: it stops with that one")
+        return server.url
+
+    database_url = settings.database_url or embedded("PostgreSQL", "postgres", start_postgres)
+    redis_url = settings.redis_url or embedded("Redis", "redis", start_redis)
     return database_url, redis_url, joined
-
-
-def _joined_note(server: str, owner: str) -> str:
-    return f"joined the embedded {server} of process {owner}: it stops with that one, not this"
 
 
 def run_system(settings: Settings) -> int:
