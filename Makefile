@@ -53,6 +53,16 @@ fmt: install ## Format and autofix
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-clean: ## Remove the virtualenv and the embedded servers' data (.driftless/)
-	-[ -f .driftless/redis/redis.pid ] && kill $$(cat .driftless/redis/redis.pid) 2>/dev/null
+# A left-over embedded server is one whose pid file names a live process of its kind (a
+# stale file's pid may be anyone's by now): Redis stops on SIGTERM, PostgreSQL at once on
+# SIGINT (fast shutdown). Each is waited for, so that none writes into what goes next.
+STOP_LEFT_OVER = pid=$$(head -n 1 $(1) 2>/dev/null); \
+	if [ -n "$$pid" ] && ps -p "$$pid" -o comm= | grep -q $(2); then \
+		echo "stopping the embedded $(2) left running (pid $$pid)"; kill -$(3) "$$pid"; \
+		for _ in $$(seq 100); do kill -0 "$$pid" 2>/dev/null || break; sleep 0.1; done; \
+	fi
+
+clean: ## Stop the embedded servers a run left, remove the virtualenv and their data (.driftless/)
+	@$(call STOP_LEFT_OVER,.driftless/redis/redis.pid,redis-server,TERM)
+	@$(call STOP_LEFT_OVER,.driftless/postgres/postmaster.pid,postgres,INT)
 	rm -rf $(VENV) .driftless .pytest_cache .mypy_cache .ruff_cache

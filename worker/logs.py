@@ -19,31 +19,40 @@ from shared.infra.logs import LogFormat, configure_logging
 from shared.infra.queue import (
     ADVANCE_REEVALUATIONS,
     DISPATCH_WEBHOOKS,
+    EMBED_PENDING,
     PURGE_IDLE_SESSIONS,
     RECONCILE,
     SWEEP_IDLE,
 )
 
 # Beat's periodic tasks whose result counts the work they did: the re-evaluation pump
-# every second, the others every minute or more. Celery logs three INFO lines for each
-# run (beat sent it, a worker received it, it succeeded), which made the pump alone most
-# of an idle system's log. Those lines are DEBUG, but for the result of a run that did
-# something; the work it started logs lines of its own.
+# every second, the embeddings planner every 2 s (with embeddings on), the others every
+# minute or more. Celery logs three INFO lines for each run (beat sent it, a worker
+# received it, it succeeded), which made the pump alone most of an idle system's log.
+# Those lines are DEBUG, but for the result of a run that did something; the work it
+# started logs lines of its own.
 HOUSEKEEPING = frozenset(
-    {ADVANCE_REEVALUATIONS, RECONCILE, DISPATCH_WEBHOOKS, SWEEP_IDLE, PURGE_IDLE_SESSIONS}
-)
+    {
+        ADVANCE_REEVALUATIONS, EMBED_PENDING, RECONCILE, DISPATCH_WEBHOOKS, SWEEP_IDLE,
+        PURGE_IDLE_SESSIONS,
+    }
+)  # fmt: skip
 BEAT_SENDS = "Scheduler: Sending due task %s (%s)"  # celery.beat's line, args (entry, task)
 # The loggers of those lines: beat's, the worker's on receipt, and the task tracer's.
 CELERY_TASK_LOGGERS = ("celery.beat", "celery.worker.strategy", "celery.app.trace")
 
 
 def _nothing_done(result: str) -> bool:
-    """Whether a result, as Celery logs it (its repr), is counts that are all 0."""
+    """Whether a result, as Celery logs it (its repr), is counts that are all 0. A text
+    among a result's fields is its state (the planner's "done", "busy"), not a count."""
     try:
         value = ast.literal_eval(result)
     except (ValueError, SyntaxError):
         return False
-    counts = value.values() if isinstance(value, dict) else [value]
+    if isinstance(value, dict):
+        counts = [field for field in value.values() if not isinstance(field, str)]
+    else:
+        counts = [value]
     return all(type(count) is int and count == 0 for count in counts)
 
 

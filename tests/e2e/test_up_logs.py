@@ -95,3 +95,19 @@ def test_up_prints_text_stays_quiet_when_idle_and_logs_each_request(up: Up) -> N
     lines = up.lines()
     assert not [line for line in lines if _is_json(line)]
     assert any(f"http://127.0.0.1:{up.port}" in line for line in lines)
+
+
+def test_up_prints_no_celery_banner_nor_its_root_warning_43(up: Up) -> None:
+    """Our own banner says where everything is; Celery's banners (its config, queues and
+    tasks) and its warning about running as root (a container's `make run`) only pushed
+    it out of sight."""
+
+    def started() -> bool:
+        text = "\n".join(up.lines())
+        return "dl_" in text and " ready." in text and "beat: Starting" in text
+
+    wait_for(started, timeout=90, what="driftless up, its worker and beat")
+    text = "\n".join(up.lines())
+    assert "SecurityWarning" not in text and "superuser privileges" not in text
+    assert "[tasks]" not in text and "[queues]" not in text and "[config]" not in text
+    assert "celery beat v" not in text and "Configuration ->" not in text

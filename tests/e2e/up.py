@@ -47,3 +47,16 @@ def stop_up(process: subprocess.Popen[str] | subprocess.Popen[bytes], sig: int) 
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def embedded_environment(*, home: Path, port: int) -> dict[str, str]:
+    """As `make run` on a fresh clone: no URL of any server, so `up` starts (or joins) the
+    embedded PostgreSQL and Redis under `home`."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("DATABASE_URL", "REDIS_URL", "PROMETHEUS_MULTIPROC_DIR")
+        and not name.startswith(("OPENAI_", "CELERY_", "LOG_"))
+    }
+    env.update(PORT=str(port), DRIFTLESS_HOME=str(home), DRIFTLESS_WORKER_METRICS_PORT="0")
+    return env

@@ -9,7 +9,13 @@ from collections.abc import Iterator
 import pytest
 from celery.app.trace import LOG_RECEIVED, LOG_SUCCESS
 
-from shared.infra.queue import ADVANCE_REEVALUATIONS, RECONCILE, SUMMARIZE_TOPIC, SWEEP_IDLE
+from shared.infra.queue import (
+    ADVANCE_REEVALUATIONS,
+    EMBED_PENDING,
+    RECONCILE,
+    SUMMARIZE_TOPIC,
+    SWEEP_IDLE,
+)
 from worker.logs import BEAT_SENDS, QuietHousekeeping
 
 
@@ -84,3 +90,17 @@ def test_at_debug_the_idle_runs_show_as_debug(logged: list[logging.LogRecord]) -
     _received(ADVANCE_REEVALUATIONS)
     _succeeded(ADVANCE_REEVALUATIONS, IDLE_PUMP)
     assert [r.levelname for r in logged] == ["DEBUG", "DEBUG"]
+
+
+def test_an_idle_embeddings_tick_logs_nothing_at_info_and_a_planning_one_does_43(
+    logged: list[logging.LogRecord],
+) -> None:
+    # With embeddings on, beat sends the planner every 2 s: three lines a tick, idle or not.
+    for state in ("done", "busy", "off"):
+        _sent(EMBED_PENDING)
+        _received(EMBED_PENDING)
+        _succeeded(EMBED_PENDING, f"{{'messages': 0, 'topics': 0, 'jobs': 0, 'state': '{state}'}}")
+    assert logged == []
+    _succeeded(EMBED_PENDING, "{'messages': 12, 'topics': 1, 'jobs': 2, 'state': 'done'}")
+    assert [r.levelname for r in logged] == ["INFO"]
+    assert "'messages': 12" in logged[0].getMessage()

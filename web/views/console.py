@@ -1,11 +1,13 @@
-"""The console: one static page (web/console/) for every /console route; it signs in
-with an API key in the browser and talks to /agents-api like any other client."""
+"""The console: one static page (web/console/) for every /console route, and `/` leads
+there (the start banner prints the bare URL); it signs in with an API key in the browser
+and talks to /agents-api like any other client."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from flask import Blueprint, Response, send_from_directory
+from flask import Blueprint, Response, redirect, send_from_directory
+from werkzeug.wrappers import Response as Redirect
 
 CONSOLE_DIR = Path(__file__).resolve().parent.parent / "console"
 
@@ -22,6 +24,12 @@ def page(sid: str | None = None) -> Response:
     response = send_from_directory(CONSOLE_DIR, "index.html")
     response.headers["Cache-Control"] = "no-cache"
     return response
+
+
+@bp.get("/")
+def root() -> Redirect:
+    """The bare URL the start banner prints leads to the console (no key asked: a page)."""
+    return redirect("/console")
 
 
 @bp.get("/favicon.ico")

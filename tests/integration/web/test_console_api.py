@@ -96,3 +96,13 @@ def test_the_console_page_is_served_for_its_routes(client: FlaskClient) -> None:
         assert response.mimetype == "text/html"
         assert b"/console/static/console.js" in response.data
         response.close()  # send_from_directory streams the file
+
+
+def test_the_root_leads_to_the_console_without_a_key_43(client: FlaskClient) -> None:
+    """The start banner prints the bare URL: opening it must reach the console, not a 404."""
+    response = client.get("/")
+    assert response.status_code == 302
+    assert response.headers["Location"] == "/console"
+    page = client.get("/", follow_redirects=True)
+    assert page.status_code == 200 and page.mimetype == "text/html"
+    page.close()  # send_from_directory streams the file
