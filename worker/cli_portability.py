@@ -15,8 +15,8 @@ from typing import Any
 import click
 
 from shared.auth.service import ensure_org, org_id_named
+from shared.bootstrap import Runtime
 from shared.domain.errors import NotFound
-from shared.infra.bootstrap import Runtime
 from shared.infra.config import load_settings_or_exit
 from shared.infra.queue import CeleryJobQueue
 from worker.cli_runtime import command_runtime
