@@ -15,6 +15,7 @@ help: ## List the targets
 install: $(INSTALLED) ## Create the virtualenv and install driftless, its dev tools and the client
 
 $(INSTALLED): pyproject.toml client/pyproject.toml
+	@command -v pg_config >/dev/null || { echo "make install builds psycopg2 from source: it needs pg_config and a C compiler (Debian: apt-get install libpq-dev gcc; macOS: brew install libpq)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[dev,embedded]"
 	$(BIN)/pip install --quiet --disable-pip-version-check -e ./client
