@@ -11,13 +11,14 @@ own, tests/ in either or in the extras `make install` installs.
 
 from __future__ import annotations
 
-import ast
 import re
 import sys
 import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
 from typing import Any
+
+from tests.imports import top_level_imports
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRST_PARTY = {"shared", "web", "worker", "driftless_client", "tests", "bench"}
@@ -52,21 +53,12 @@ def _extras(pyproject: Path, *extras: str) -> set[str]:
 
 def _imports(*folders: str) -> dict[str, str]:
     """Each third-party top-level module imported under the folders -> one file importing it."""
-    found: dict[str, str] = {}
-    for folder in folders:
-        for module in sorted((ROOT / folder).rglob("*.py")):
-            for node in ast.walk(ast.parse(module.read_text(), str(module))):
-                if isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                    names = [node.module]
-                else:
-                    continue  # relative imports stay inside the package
-                for name in names:
-                    top = name.partition(".")[0]
-                    if top not in sys.stdlib_module_names and top not in FIRST_PARTY:
-                        found.setdefault(top, str(module.relative_to(ROOT)))
-    return found
+    modules = [path for folder in folders for path in sorted((ROOT / folder).rglob("*.py"))]
+    return {
+        name: str(module.relative_to(ROOT))
+        for name, module in top_level_imports(modules).items()
+        if name not in sys.stdlib_module_names and name not in FIRST_PARTY
+    }
 
 
 def _undeclared(imports: dict[str, str], declared: set[str]) -> dict[str, str]:
