@@ -13,6 +13,9 @@ INSTALLED := $(VENV)/.installed
 DEV_LOCK := requirements/dev.txt
 RUNTIME_LOCK := requirements/runtime.txt
 LOCK_VENV := .venv-lock
+# The package names of a lock or of `pip freeze` on stdin, as pip compares them (PyYAML is
+# pyyaml, typing_extensions typing-extensions), sorted for comm.
+PACKAGE_NAMES := grep -oE '^[A-Za-z0-9][A-Za-z0-9._-]*==' | sed 's/==$$//' | tr 'A-Z_.' 'a-z--' | LC_ALL=C sort -u
 # From PyPI alone, whatever a machine's pip.conf adds (local mirrors, find-links): their
 # files' hashes would otherwise land in the lock. Build requirements are locked too.
 PIP_COMPILE := env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null \
@@ -27,12 +30,15 @@ help: ## List the targets
 
 install: $(INSTALLED) ## Create the virtualenv and install driftless, its dev tools and the client, from the lock
 
-# Every package from the lock, each checked against its hashes; then driftless and the
-# client themselves, editable, with no dependency resolved again (and built with the
-# lock's setuptools and wheel, not fresh ones).
+# An existing venv first loses what the lock does not list (an old psycopg2-binary, a
+# dropped dependency); then every package from the lock, each checked against its hashes;
+# then driftless and the client themselves, editable, with no dependency resolved again
+# (and built with the lock's setuptools and wheel, not fresh ones).
 $(INSTALLED): pyproject.toml client/pyproject.toml $(DEV_LOCK)
 	@command -v pg_config >/dev/null || { echo "make install builds psycopg2 from source: it needs pg_config and a C compiler (Debian: apt-get install libpq-dev gcc; macOS: brew install libpq, with its bin/ on PATH)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
+	LC_ALL=C comm -23 <($(BIN)/pip freeze --exclude-editable | $(PACKAGE_NAMES)) \
+		<(< $(DEV_LOCK) $(PACKAGE_NAMES)) | xargs -r $(BIN)/pip uninstall --quiet -y
 	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r $(DEV_LOCK)
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
 		-e . -e ./client
