@@ -2,8 +2,9 @@
 
 TEST_DATABASE_URL / TEST_REDIS_URL override. The suite creates and migrates its own
 database (never touching others) and uses Redis database numbers of its own; two runs
-side by side pick different ones with DRIFTLESS_TEST_DATABASE and DRIFTLESS_TEST_REDIS_DB
-(the broker takes the database below it).
+side by side pick different ones with DRIFTLESS_TEST_DATABASE and DRIFTLESS_TEST_REDIS_DB.
+DRIFTLESS_TEST_REDIS_DB=N takes N and the three below it: the broker N-1, the routing
+test's broker N-2, `driftless up`'s broker N-3 (docs/testing.md).
 """
 
 from __future__ import annotations
