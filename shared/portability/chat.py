@@ -40,7 +40,8 @@ from shared.portability.lines import (
     numbered_lines,
     refused,
 )
-from shared.portability.restore import NAMESPACE, insert_messages, session_exists
+from shared.portability.message_rows import insert_messages
+from shared.portability.restore import NAMESPACE, session_exists
 from shared.sessions.models import ChatSession
 from shared.topics.models import Topic, history_topic_id
 
