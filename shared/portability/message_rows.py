@@ -25,14 +25,17 @@ def insert_messages(
     uow: UnitOfWork,
     session_id: uuid.UUID,
     topic_ids: list[str],
-    rows: Iterable[tuple[str, str, str | None, str | None, datetime | None]],
+    rows: Iterable[tuple[str, str, str | None, str | None, str | None, datetime | None]],
 ) -> list[int]:
-    """Insert a batch in order, two statements whatever its size; the new ids, in order.
+    """Insert a batch of (role, content, name, tool name, tool call id, time) in order,
+    two statements whatever its size; the new ids, in order.
 
     The ids are taken from the sequence first (in order, by generate_series) and then
     written: an INSERT … RETURNING does not promise to answer in the order it was fed.
     """
-    roles, contents, tool_names, tool_call_ids, created = (list(c) for c in zip(*rows, strict=True))
+    roles, contents, names, tool_names, tool_call_ids, created = (
+        list(c) for c in zip(*rows, strict=True)
+    )
     connection = uow.session.connection()
     ids = _next_ids(uow, len(roles))
     parameters: dict[str, Any] = {
@@ -41,6 +44,7 @@ def insert_messages(
         "topics": topic_ids,
         "roles": roles,
         "contents": contents,
+        "names": names,
         "tool_names": tool_names,
         "tool_call_ids": tool_call_ids,
         "created": created,
@@ -53,9 +57,9 @@ def copy_messages(
     *,
     uow: UnitOfWork,
     session_id: uuid.UUID,
-    rows: Sequence[tuple[str, str, str, str | None, str | None, datetime]],
+    rows: Sequence[tuple[str, str, str, str | None, str | None, str | None, datetime]],
 ) -> list[int]:
-    """Write a batch of (topic id, role, content, tool name, tool call id, time) in order
+    """Write a batch of (topic id, role, content, name, tool name, tool call id, time) in order
     with one COPY; the new ids, in order.
 
     COPY costs PostgreSQL a fifth less than INSERT … SELECT FROM unnest (no arrays of
@@ -72,9 +76,9 @@ def copy_messages(
     ids = _next_ids(uow, len(rows))
     session = str(session_id)
     data = "".join(
-        f"{id_}\t{session}\t{topic}\t{role}\t{_copy_field(content)}\t{_copy_field(tool_name)}"
-        f"\t{_copy_field(tool_call_id)}\t{created.isoformat()}\n"
-        for id_, (topic, role, content, tool_name, tool_call_id, created) in zip(
+        f"{id_}\t{session}\t{topic}\t{role}\t{_copy_field(content)}\t{_copy_field(name)}"
+        f"\t{_copy_field(tool_name)}\t{_copy_field(tool_call_id)}\t{created.isoformat()}\n"
+        for id_, (topic, role, content, name, tool_name, tool_call_id, created) in zip(
             ids, rows, strict=True
         )
     )
@@ -102,7 +106,7 @@ def _copy_field(value: str | None) -> str:
 
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 _COPY_MESSAGES = (
-    "COPY messages (id, session_id, topic_id, role, content, tool_name, tool_call_id,"
+    "COPY messages (id, session_id, topic_id, role, content, name, tool_name, tool_call_id,"
     " created_at) FROM STDIN"
 )
 
@@ -123,10 +127,11 @@ _NEXT_IDS = (
 )
 # A NULL time (a chat history's messages) is the insert's own clock, as a post's is.
 _INSERT_MESSAGES = (
-    "INSERT INTO messages (id, session_id, topic_id, role, content, tool_name, tool_call_id,"
-    " created_at) SELECT u.id, %(session)s::uuid, u.topic, u.role, u.content, u.tool_name,"
-    " u.tool_call_id, coalesce(u.created, clock_timestamp()) FROM unnest(%(ids)s::bigint[],"
-    " %(topics)s::uuid[], %(roles)s::text[], %(contents)s::text[], %(tool_names)s::text[],"
+    "INSERT INTO messages (id, session_id, topic_id, role, content, name, tool_name,"
+    " tool_call_id, created_at) SELECT u.id, %(session)s::uuid, u.topic, u.role, u.content,"
+    " u.name, u.tool_name, u.tool_call_id, coalesce(u.created, clock_timestamp())"
+    " FROM unnest(%(ids)s::bigint[], %(topics)s::uuid[], %(roles)s::text[],"
+    " %(contents)s::text[], %(names)s::text[], %(tool_names)s::text[],"
     " %(tool_call_ids)s::text[], %(created)s::timestamptz[])"
-    " AS u(id, topic, role, content, tool_name, tool_call_id, created)"
+    " AS u(id, topic, role, content, name, tool_name, tool_call_id, created)"
 )

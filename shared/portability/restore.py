@@ -26,6 +26,7 @@ from shared.domain.errors import Invalid
 from shared.domain.limits import (
     MAX_SCOPE_ID_CHARS,
     check_message_content,
+    check_message_name,
     check_notes,
     check_summary,
     check_title,
@@ -154,6 +155,7 @@ class SessionRestore:
         if line.role != "tool" and (line.tool_name or line.tool_call_id):
             raise Invalid("toolName and toolCallId are only allowed when role is 'tool'")
         check_message_content(line.content)
+        check_message_name(line.name, role=line.role)
         self.last_source_message = line.id
         self.pending.append(line)
         if len(self.pending) >= MESSAGE_BATCH:
@@ -206,7 +208,15 @@ class SessionRestore:
             return
         topic = self.topic_ids
         rows = [
-            (topic[m.topic_id], m.role, m.content, m.tool_name, m.tool_call_id, m.created_at)
+            (
+                topic[m.topic_id],
+                m.role,
+                m.content,
+                m.name,
+                m.tool_name,
+                m.tool_call_id,
+                m.created_at,
+            )
             for m in batch
         ]
         ids = copy_messages(uow=self.uow, session_id=self.id, rows=rows)
