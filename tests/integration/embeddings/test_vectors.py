@@ -313,3 +313,41 @@ def test_a_model_past_2000_dimensions_gets_a_half_precision_hnsw_index_that_a_wa
             {"model": model, "vector": vector_literal([1.0] + [0.0] * (dimensions - 1))},
         ).all()  # fmt: skip
     assert index in "\n".join(row[0] for row in plan)
+
+
+def test_a_messages_vector_is_made_from_its_speakers_name_and_its_text_43(
+    vectors: VectorSystem, fake_openai: FakeOpenAI
+) -> None:
+    auth = vectors.new_org()
+    session = new_session(vectors.client, auth)
+    turns = [
+        {"role": "user", "name": "Caroline", "content": "I researched adoption agencies."},
+        {"role": "assistant", "content": "How did it go?"},
+    ]
+    posted = vectors.client.post(
+        f"/agents-api/sessions/{session['id']}/messages", json={"messages": turns}, headers=auth
+    )
+    assert posted.status_code == 201, posted.json
+    sid = str(session["id"])
+    with vectors.worker() as app:
+        ticks = iter(range(1_000))
+
+        def both() -> list[Any] | None:
+            if next(ticks) % int(EMBED_TICK_S / 0.05) == 0:
+                vectors.send(app, Job(EMBED_PENDING))
+            rows = vectors.rows(VECTORS_OF, sid=sid)
+            return rows if len(rows) == 2 else None
+
+        wait_for(both, timeout=30, what="the session's vectors")
+    sent = {text for r in fake_openai.embedding_requests for text in r["input"]}
+    # As a transcript writes a turn: the name, a colon, the text; no name, the text alone.
+    assert {"Caroline: I researched adoption agencies.", "How did it go?"} <= sent
+    with vectors.unit_of_work() as uow:
+        (near,) = nearest_messages(
+            uow=uow, model=vectors.embedder.model, query=embedding("Caroline"),
+            session_ids=[uuid.UUID(sid)], limit=1,
+        )  # fmt: skip
+        name = uow.session.execute(
+            text("SELECT name FROM messages WHERE id = :id"), {"id": near.id}
+        ).scalar()
+    assert name == "Caroline"  # her name alone is nearest her turn
