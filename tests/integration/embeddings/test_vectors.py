@@ -51,23 +51,28 @@ def _run_sweep(system: VectorSystem) -> Any:
     return system.sweep()
 
 
+def _embedded_by_a_worker(system: VectorSystem, sid: str, messages: int) -> list[Any]:
+    """The session's vectors once a real worker has made all `messages` of them."""
+    with system.worker() as app:
+        ticks = iter(range(1_000))
+
+        def all_of_them() -> list[Any] | None:
+            # What beat sends every EMBED_TICK_S: a tick passes only what has settled.
+            if next(ticks) % int(EMBED_TICK_S / 0.05) == 0:
+                system.send(app, Job(EMBED_PENDING))
+            rows = system.rows(VECTORS_OF, sid=sid)
+            return rows if len(rows) == messages else None
+
+        return wait_for(all_of_them, timeout=30, what="the session's vectors")
+
+
 def test_posting_embeds_nothing_and_a_workers_sweep_embeds_the_batch_in_one_call(
     vectors: VectorSystem, fake_openai: FakeOpenAI
 ) -> None:
     sid = _conversation(vectors, vectors.new_org())
     assert fake_openai.embedding_requests == []  # never in the post path
     assert vectors.rows(VECTORS_OF, sid=sid) == []
-    with vectors.worker() as app:
-        ticks = iter(range(1_000))
-
-        def three() -> list[Any] | None:
-            # What beat sends every EMBED_TICK_S: a tick passes only what has settled.
-            if next(ticks) % int(EMBED_TICK_S / 0.05) == 0:
-                vectors.send(app, Job(EMBED_PENDING))
-            rows = vectors.rows(VECTORS_OF, sid=sid)
-            return rows if len(rows) == 3 else None
-
-        stored = wait_for(three, timeout=30, what="the session's vectors")
+    stored = _embedded_by_a_worker(vectors, sid, 3)
     assert {model for _, model in stored} == {vectors.embedder.model}
     # One call for the batch (this org's texts), and the nearest is the matching message.
     assert any(len(r["input"]) >= 3 for r in fake_openai.embedding_requests)
@@ -329,16 +334,7 @@ def test_a_messages_vector_is_made_from_its_speakers_name_and_its_text_43(
     )
     assert posted.status_code == 201, posted.json
     sid = str(session["id"])
-    with vectors.worker() as app:
-        ticks = iter(range(1_000))
-
-        def both() -> list[Any] | None:
-            if next(ticks) % int(EMBED_TICK_S / 0.05) == 0:
-                vectors.send(app, Job(EMBED_PENDING))
-            rows = vectors.rows(VECTORS_OF, sid=sid)
-            return rows if len(rows) == 2 else None
-
-        wait_for(both, timeout=30, what="the session's vectors")
+    _embedded_by_a_worker(vectors, sid, 2)
     sent = {text for r in fake_openai.embedding_requests for text in r["input"]}
     # As a transcript writes a turn: the name, a colon, the text; no name, the text alone.
     assert {"Caroline: I researched adoption agencies.", "How did it go?"} <= sent
