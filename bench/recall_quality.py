@@ -15,9 +15,10 @@ running system and asks each category 1–4 question through `GET /agents-api/se
   R30), as a conversation's next turn comes after it. At the end of each LoCoMo session
   the topic is closed (`POST …/topics`), and its summary is made as the pipeline would
   (R25). Questions are asked only once every summary is made.
-- `--speaker-names` stores each turn as `<speaker>: <text>`. A LoCoMo question names
-  people, but the API keeps only role and content. This is an ingestion choice; compare
-  runs only when it is the same on both sides.
+- `--speaker-names` stores each turn as `<speaker>: <text>`; `--names-field` ([4.3])
+  posts the speaker as the message's `name` instead, its text as it is (the server
+  searches and embeds the name with the text). A LoCoMo question names people. This is
+  an ingestion choice; compare runs only when it is the same on both sides.
 
 Metric: a question's recall@k is the share of its evidence turns (`evidence` dia_ids)
 among the messages of the top k results. The score is the mean over questions, as in the
@@ -46,7 +47,7 @@ bench/embeddings_server.py (`OMP_NUM_THREADS=1` on a busy machine: the query's v
 a 0.3 s deadline, shared/embeddings/query.py).
 
     .venv/bin/python -m bench.recall_quality FILE... [--limit-conversations N]
-        [--speaker-names] [--batch 2] [--reference] [--reuse]
+        [--speaker-names | --names-field] [--batch 2] [--reference] [--reuse]
         [--embeddings-url URL [--embeddings-model all-MiniLM-L6-v2]]
 
 The last line is machine-readable: `recall@5=… recall@10=… questions=N` (the API's).
@@ -236,7 +237,7 @@ def summaries_pending(env: BenchEnv) -> int:
 
 def ingest(
     env: BenchEnv, client: Client, conversations: Sequence[Conversation], *, batch: int,
-    names: bool, worker: Subprocess,
+    names: bool, names_field: bool, worker: Subprocess,
 ) -> list[Ingested]:  # fmt: skip
     """Post every turn, wait for each heartbeat's evaluation, close each session's topic."""
     ingested, heartbeats, finished = [], 0, Finished(worker)
@@ -250,6 +251,7 @@ def ingest(
                     {
                         "role": "user" if t.speaker == conversation.speaker_a else "assistant",
                         "content": conversation.content(t, names=names),
+                        **({"name": t.speaker} if names_field else {}),
                     }
                     for t in chunk
                 ]
@@ -396,7 +398,11 @@ def main() -> None:
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--limit-conversations", type=int, default=None)
     parser.add_argument("--batch", type=int, default=2, help="turns per message post")
-    parser.add_argument("--speaker-names", action="store_true", help="store '<speaker>: <text>'")
+    speakers = parser.add_mutually_exclusive_group()
+    speakers.add_argument("--speaker-names", action="store_true", help="store '<speaker>: <text>'")
+    speakers.add_argument(
+        "--names-field", action="store_true", help="post the speaker as the message's `name`"
+    )
     parser.add_argument(
         "--reference", action="store_true",
         help="also score BM25 over single turns (the reference's method) on the same data",
@@ -465,7 +471,7 @@ def run(env: BenchEnv, conversations: list[Conversation], args: Any, *, host: st
             client = Client(f"http://127.0.0.1:{port}", env.org_key, http_client=http)
             items = ingest(
                 env, client, conversations, batch=args.batch, names=args.speaker_names,
-                worker=worker,
+                names_field=args.names_field, worker=worker,
             )  # fmt: skip
         ingest_s = time.perf_counter() - began
         if args.embeddings_url:
@@ -478,7 +484,8 @@ def run(env: BenchEnv, conversations: list[Conversation], args: Any, *, host: st
     if args.embeddings_url:
         print_vectors(env, args.embeddings_model, modes, vectors_s=vectors_s, web_log=web_log)
     if args.reference:
-        print_reference(items, names=args.speaker_names)
+        # The name field is searched as the name in the text is: the same reference.
+        print_reference(items, names=args.speaker_names or args.names_field)
     print(f"recall@5={api.at(5):.3f} recall@10={api.at(10):.3f} questions={api.questions}")
 
 
@@ -498,7 +505,7 @@ def print_report(
     print(
         f"  ingest: {turns} messages in {sum(len(i.conversation.sessions) for i in items)}"
         f" sessions, {topics} topics ({forks} forks by drift), {done};"
-        f" speaker names in content: {'yes' if args.speaker_names else 'no'}"
+        f" speaker names: {_speakers(args)}"
     )
     print(f"  {'category':<26} {'questions':>9} {'recall@5':>9} {'recall@10':>10}")
     for category, label in [*CATEGORIES.items(), (None, "all")]:
@@ -508,6 +515,12 @@ def print_report(
             f" {api.at(10, category):>10.3f}"
         )
     print(f"  search latency, as the client saw it: {describe(latencies)}")
+
+
+def _speakers(args: Any) -> str:
+    if args.names_field:
+        return "as the message's name field"
+    return "in content" if args.speaker_names else "none"
 
 
 def print_vectors(

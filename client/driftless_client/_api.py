@@ -123,8 +123,9 @@ class Operations(Generic[_Answer, _Nothing]):
     def post_messages(
         self, session_id: Id, messages: Sequence[Message] | Message, context: bool = False
     ) -> _Answer:
-        """`POST /sessions/{sid}/messages`: store messages (`{role, content, toolName?,
-        toolCallId?}`) in the active topic, in order, all or none.
+        """`POST /sessions/{sid}/messages`: store messages (`{role, content, name?,
+        toolName?, toolCallId?}`; `name`, who spoke, as OpenAI's chat format carries it)
+        in the active topic, in order, all or none.
 
         A list is sent as a batch (`{messages: [...]}`, answered `{messages: [{id,
         topicId, createdAt}], driftEvaluationEnqueued}`); a single dict as one message

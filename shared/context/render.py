@@ -102,13 +102,17 @@ def _tool_call(message: ThreadMessage, arguments: Any) -> Message:
 
 
 def _thread_messages(thread: list[ThreadMessage]) -> Iterator[Message]:
-    """User and assistant messages as they are; a tool call and its result as the
-    assistant `tool_calls` message and `tool` message a provider expects (a result whose
-    call fell out of the window gets its call back, with unknown arguments)."""
+    """User and assistant messages as they are, with their speaker's `name`; a tool call
+    and its result as the assistant `tool_calls` message and `tool` message a provider
+    expects (a result whose call fell out of the window gets its call back, with unknown
+    arguments)."""
     open_calls: set[str] = set()
     for message in thread:
         if message.role != "tool":
-            yield {"role": message.role, "content": message.content}
+            # The speaker as OpenAI's format carries it; no key at all without one, so a
+            # thread without names renders the bytes it did before names existed.
+            named = {"name": message.name} if message.name else {}
+            yield {"role": message.role, **named, "content": message.content}
             continue
         try:
             payload = json.loads(message.content)

@@ -121,7 +121,7 @@ def _volatile(
     thread = [
         ThreadMessage(
             id=m.id, role=m.role, content=m.content, tool_name=m.tool_name,
-            tool_call_id=m.tool_call_id,
+            tool_call_id=m.tool_call_id, name=m.name,
         )
         for m in reversed(newest_first)
     ]  # fmt: skip

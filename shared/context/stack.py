@@ -48,6 +48,7 @@ class ThreadMessage:
     content: str
     tool_name: str | None
     tool_call_id: str | None
+    name: str | None = None  # who spoke: the rendered message's `name`
 
 
 @dataclass(frozen=True)

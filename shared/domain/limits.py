@@ -38,6 +38,13 @@ MAX_EXPORTS_PER_ORG = 2
 MAX_SCOPE_ID_CHARS = 200
 MAX_FACT_KEY_CHARS = 200
 MAX_MESSAGE_CHARS = 100_000
+# Who spoke a message (a speaker's name): OpenAI's rule for a chat message's `name`, so
+# that the context handed to an agent (shared/context/render.py) passes to any
+# OpenAI-compatible provider as it is, even the ones that hold `name` to this pattern.
+# ASCII on purpose: "José" is refused there, so it is refused here, where the client
+# can still choose "Jose".
+MAX_MESSAGE_NAME_CHARS = 64
+MESSAGE_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 # Messages of one POST …/messages: enough to import a history in few requests, while one
 # request's transaction (and its row locks) stays short.
 MAX_BATCH_MESSAGES = 1_000
@@ -113,6 +120,24 @@ def check_message_content(content: str) -> None:
         raise Invalid(
             f"content: {len(content)} characters; a message holds at most {MAX_MESSAGE_CHARS}"
         )
+
+
+_MESSAGE_NAME = re.compile(MESSAGE_NAME_PATTERN)
+
+
+def check_message_name(name: str | None, *, role: str, field: str = "name") -> None:
+    """Invalid unless `name` (who spoke) is None, or follows MESSAGE_NAME_PATTERN on a user
+    or assistant message: a tool message names its tool in toolName, not a speaker."""
+    if name is None:
+        return
+    # fullmatch: `$` alone would let one trailing newline through.
+    if not isinstance(name, str) or _MESSAGE_NAME.fullmatch(name) is None:
+        raise Invalid(
+            f"{field}: 1 to {MAX_MESSAGE_NAME_CHARS} characters, each an ASCII letter, a digit,"
+            f" '_' or '-' (OpenAI's rule for a message's name); {str(name)[:80]!r} is not"
+        )
+    if role == "tool":
+        raise Invalid(f"{field}: only user and assistant messages carry a speaker's name")
 
 
 def check_notes(content: str) -> None:

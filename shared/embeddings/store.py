@@ -33,6 +33,9 @@ UNAVAILABLE_RECHECK_S = 60.0
 # Characters of a message or topic embedded: embedding models take about 8k tokens, a
 # token is at least a character or so, and a longer text must not fail its whole batch.
 MAX_CHARS = 8000
+# What a message's vector is made from: its speaker's name before its text, as a
+# transcript writes a turn ("Caroline: …"), so a question naming who said it is near.
+MESSAGE_TEXT = "coalesce(m.name || ': ', '') || m.content"
 # What a topic's vector is made from, and the hash that says it is current.
 TOPIC_TEXT = "concat_ws(E'\\n\\n', t.title, t.summary)"
 TOPIC_HASH = f"md5({TOPIC_TEXT})"
@@ -127,7 +130,7 @@ def pending_messages(
     """User and assistant messages after `after_id` (through `through_id`; or among
     `ids`) with no vector of `model`, oldest first: a range scan of the primary key.
     `texts=False` leaves each text empty (the planner needs only ids and orgs)."""
-    content = "left(m.content, :chars)" if texts else "''"
+    content = f"left({MESSAGE_TEXT}, :chars)" if texts else "''"
     rows = uow.session.execute(
         text(
             f"SELECT m.id, s.org_id, {content} FROM messages m"

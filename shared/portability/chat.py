@@ -4,7 +4,8 @@ Each line becomes a session of the given agent and user whose messages go into o
 topic, closed, whose summary is then made in the bulk lane (shared/infra/queue.py), so a
 big import never delays live work; a new empty topic is the session's active one (R4).
 system and developer messages are instructions to a model, not the conversation: they
-are skipped. An assistant's tool calls are stored as `tool` messages (R7), one a call,
+are skipped. A user's or assistant's `name` (who spoke) is kept, checked as a post's
+is. An assistant's tool calls are stored as `tool` messages (R7), one a call,
 named by the function and carrying its arguments; a tool's answer is a `tool` message
 with its call's id. A session's id is a uuid5 of the org and the sha256 of the line's
 canonical JSON: the same history imported twice is found and skipped.
@@ -28,6 +29,7 @@ from shared.domain.limits import (
     MAX_SCOPE_ID_CHARS,
     Limits,
     check_message_content,
+    check_message_name,
 )
 from shared.domain.storable import unstorable_at
 from shared.infra.db.uow import UnitOfWork
@@ -40,12 +42,13 @@ from shared.portability.lines import (
     numbered_lines,
     refused,
 )
-from shared.portability.restore import NAMESPACE, insert_messages, session_exists
+from shared.portability.message_rows import insert_messages
+from shared.portability.restore import NAMESPACE, session_exists
 from shared.sessions.models import ChatSession
 from shared.topics.models import Topic, history_topic_id
 
 SKIPPED_ROLES = ("system", "developer")
-_Row = tuple[str, str, str | None, str | None]
+_Row = tuple[str, str, str | None, str | None, str | None]
 
 
 def import_chat(
@@ -106,7 +109,7 @@ def _digest(history: Any) -> str:
 
 
 def chat_rows(history: Any) -> list[_Row]:
-    """The stored messages of one chat history (role, content, tool name, call id)."""
+    """The stored messages of one chat history (role, content, name, tool name, call id)."""
     if not isinstance(history, list):
         raise Invalid("a line is a JSON array of chat messages")
     rows: list[_Row] = []
@@ -129,16 +132,19 @@ def _rows_of(message: Any, at: str) -> list[_Row]:
     if role in SKIPPED_ROLES:
         return []
     content = _text(message.get("content"), f"{at}.content")
+    if role in ("user", "assistant"):
+        name = message.get("name")  # who spoke: OpenAI's own field, checked as a post's
+        check_message_name(name, role=role, field=f"{at}.name")
     if role == "user":
-        return [("user", content, None, None)] if content else []
+        return [("user", content, name, None, None)] if content else []
     if role == "assistant":
-        rows: list[_Row] = [("assistant", content, None, None)] if content else []
+        rows: list[_Row] = [("assistant", content, name, None, None)] if content else []
         return rows + [_tool_call(call, f"{at}.tool_calls[{i}]") for i, call in enumerate(
             _list(message.get("tool_calls"), f"{at}.tool_calls"))]  # fmt: skip
     if role in ("tool", "function"):
         name = _short(message.get("name"), f"{at}.name")
         call_id = _short(message.get("tool_call_id"), f"{at}.tool_call_id")
-        return [("tool", content, name, call_id)]
+        return [("tool", content, None, name, call_id)]
     raise Invalid(f"{at}.role: {role!r} is not one of system, developer, user, assistant, tool")
 
 
@@ -184,7 +190,7 @@ def _tool_call(call: Any, at: str) -> _Row:
         arguments = json.dumps(arguments, ensure_ascii=False)
     name = _short(function.get("name"), f"{at}.function.name")
     call_id = _short(call.get("id"), f"{at}.id")
-    return ("tool", _text(arguments, f"{at}.function.arguments"), name, call_id)
+    return ("tool", _text(arguments, f"{at}.function.arguments"), None, name, call_id)
 
 
 def _write(

@@ -123,6 +123,9 @@ class Message(LineModel):
     topic_id: uuid.UUID
     role: Literal["user", "assistant", "tool"]
     content: str
+    # Who spoke (shared/domain/limits.py check_message_name); optional: an older writer
+    # has no such field.
+    name: str | None = None
     tool_name: str | None
     tool_call_id: str | None
     created_at: Timestamp

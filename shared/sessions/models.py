@@ -19,9 +19,12 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import TSVECTOR
 from sqlalchemy.orm import Mapped, mapped_column
 
+from shared.domain.limits import MAX_MESSAGE_NAME_CHARS
 from shared.infra.db.base import SEARCH_CONFIG, Base, created_at_column
 
 ROLES = ("user", "assistant", "tool")
+# Migration 0023 writes the same expression: a change here needs a migration.
+MESSAGE_SEARCH_VECTOR = f"to_tsvector({SEARCH_CONFIG}, coalesce(name || ' ', '') || content)"
 
 
 class ChatSession(Base):
@@ -83,11 +86,14 @@ class Message(Base):
     topic_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("topics.id", ondelete="CASCADE"))
     role: Mapped[str] = mapped_column(String(16))
     content: Mapped[str] = mapped_column(Text)
+    # Who spoke, as OpenAI's chat format names a message's speaker (check_message_name).
+    name: Mapped[str | None] = mapped_column(String(MAX_MESSAGE_NAME_CHARS))
     tool_name: Mapped[str | None] = mapped_column(String(200))
     tool_call_id: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = created_at_column()
-    # What search matches (shared/search/): computed by PostgreSQL on insert, so no
-    # writer can forget it; deferred, so reading a thread never loads it.
+    # What search matches (shared/search/): the speaker's name and the text, computed by
+    # PostgreSQL on insert, so no writer can forget it; deferred, so reading a thread
+    # never loads it. A message without a name has the vector of its text alone.
     search_vector: Mapped[str] = mapped_column(
-        TSVECTOR, Computed(f"to_tsvector({SEARCH_CONFIG}, content)", persisted=True), deferred=True
+        TSVECTOR, Computed(MESSAGE_SEARCH_VECTOR, persisted=True), deferred=True
     )

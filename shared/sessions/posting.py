@@ -2,7 +2,7 @@
 
 This is the hottest path of the service (every agent turn, every history import), so it
 is one call of a database function whatever the batch size: `append_messages(…)`
-(migration 0008) takes the session's row lock (R4: every writer of a session takes it
+(migrations 0008 and 0023) takes the session's row lock (R4: every writer of a session takes it
 first), records the activity, finds the active topic, inserts the batch in order and
 moves the topic's counters and `last_message_id`.
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from shared.domain.errors import Invalid, NotFound
-from shared.domain.limits import MAX_BATCH_MESSAGES, check_message_content
+from shared.domain.limits import MAX_BATCH_MESSAGES, check_message_content, check_message_name
 from shared.infra.db.uow import UnitOfWork
 from shared.infra.queue import EVALUATE_TOPIC, Job
 from shared.sessions.models import ChatSession
@@ -41,6 +41,7 @@ class NewMessage:
     content: str
     tool_name: str | None = None
     tool_call_id: str | None = None
+    name: str | None = None  # who spoke (OpenAI's `name`): searched, embedded, in context
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ def check_batch(messages: Sequence[NewMessage]) -> None:
                 f"messages.{index}: toolName and toolCallId are only allowed when role is 'tool'"
             )
         check_message_content(message.content)
+        check_message_name(message.name, role=message.role, field=f"messages.{index}.name")
 
 
 def post_messages(
@@ -108,6 +110,7 @@ def post_messages(
                 "org": org_id,
                 "roles": [m.role for m in messages],
                 "contents": [m.content for m in messages],
+                "names": [m.name for m in messages],
                 "tool_names": [m.tool_name for m in messages],
                 "tool_call_ids": [m.tool_call_id for m in messages],
                 "counted": counted,
@@ -140,6 +143,6 @@ def post_messages(
 # type a batch whose tool columns are all NULL (psycopg2 sends ARRAY[NULL]).
 _APPEND_MESSAGES = (
     "SELECT id, topic_id, created_at, message_count FROM append_messages("
-    "%(session)s, %(org)s, %(roles)s::text[], %(contents)s::text[],"
+    "%(session)s, %(org)s, %(roles)s::text[], %(contents)s::text[], %(names)s::text[],"
     " %(tool_names)s::text[], %(tool_call_ids)s::text[], %(counted)s, %(tools)s)"
 )

@@ -42,6 +42,35 @@ def test_the_composer_posts_to_the_active_topic_and_the_thread_shows_it(
     assert js_errors == []
 
 
+def test_the_thread_shows_each_speakers_name_and_the_composer_sends_one_43(
+    page: Page, live_server: LiveServer, console_key: str, api: Api, js_errors: list[str]
+) -> None:
+    session = _new_session(api)
+    sid = session["id"]
+    api("POST", f"/sessions/{sid}/messages", {"role": "user", "name": "Caroline", "content": "Hi"})
+    _open_session(page, live_server.url, console_key, sid)
+    expect(page.locator(".messages .msg-user .speaker")).to_have_text("Caroline")
+
+    composer = page.locator("form.composer")
+    name = composer.locator('input[name="name"]')
+    composer.locator('select[name="role"]').select_option("assistant")
+    composer.locator('textarea[name="content"]').fill("Hello, Caroline.")
+    name.fill("Mel anie")  # a space: the browser holds the post back, as the server would refuse it
+    composer.locator('textarea[name="content"]').press("Control+Enter")
+    assert name.evaluate("input => input.validity.patternMismatch") is True
+    assert len(api("GET", f"/sessions/{sid}/messages")["messages"]) == 1
+    name.fill("Melanie")
+    composer.locator('textarea[name="content"]').press("Control+Enter")
+    expect(composer.locator('[role="status"]')).to_have_text("Sent.")
+    expect(page.locator(".messages .msg-assistant .speaker")).to_have_text("Melanie")
+    stored = api("GET", f"/sessions/{sid}/messages")["messages"]
+    assert [(m["role"], m["name"]) for m in stored] == [
+        ("user", "Caroline"),
+        ("assistant", "Melanie"),
+    ]
+    assert js_errors == []
+
+
 def test_the_facts_card_adds_edits_and_deletes_the_scopes_facts(
     page: Page, live_server: LiveServer, console_key: str, api: Api, js_errors: list[str]
 ) -> None:

@@ -76,6 +76,24 @@ def test_a_turn_posts_one_message_a_batch_and_gets_the_context_back(client: Clie
     assert client.messages(sid, topic_id=topic_id)["messages"] == listed["messages"]
 
 
+def test_a_speakers_name_is_posted_read_back_and_rendered_into_the_context_43(
+    client: Client,
+) -> None:
+    sid = client.create_session("group-bot", "room-7")["id"]
+    client.post_messages(sid, {"role": "user", "name": "Caroline", "content": "Hi all."})
+    turn = client.post_messages(
+        sid, [{"role": "assistant", "name": "helper", "content": "Hello."}], context=True
+    )
+    thread = [m for m in turn["context"]["messages"] if m["role"] != "system"]
+    assert [m["name"] for m in thread] == ["Caroline", "helper"]
+    assert [m["name"] for m in client.messages(sid)["messages"]] == ["Caroline", "helper"]
+    with pytest.raises(ApiError) as refused:
+        client.post_messages(sid, {"role": "user", "name": "Anne Marie", "content": "x"})
+    assert refused.value.status == 422
+    assert [f["field"] for f in (refused.value.details or {})["fields"]] == ["name"]
+    assert len(client.messages(sid)["messages"]) == 2
+
+
 def test_topics_are_listed_with_the_session_and_curated_into_the_scopes_memory(
     client: Client, system: System
 ) -> None:

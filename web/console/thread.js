@@ -49,6 +49,15 @@ export class ThreadPane {
       h("option", { value: "user" }, "user"),
       h("option", { value: "assistant" }, "assistant"),
     );
+    // Who speaks (optional): OpenAI's rule for a message's name, as the server checks it.
+    const name = h("input", {
+      name: "name",
+      maxlength: "64",
+      pattern: "[A-Za-z0-9_\\-]{1,64}",
+      placeholder: "Name (optional)",
+      title: "Who speaks: letters, digits, _ and -, at most 64",
+      "aria-label": "Speaker's name",
+    });
     const content = h("textarea", {
       name: "content",
       rows: "3",
@@ -61,7 +70,7 @@ export class ThreadPane {
       "form",
       { class: "composer" },
       content,
-      h("div", { class: "row" }, role, h("button", { type: "submit" }, "Send"), status),
+      h("div", { class: "row" }, role, name, h("button", { type: "submit" }, "Send"), status),
     );
     content.addEventListener("keydown", (event) => {
       if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) form.requestSubmit();
@@ -69,12 +78,14 @@ export class ThreadPane {
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
       const text = content.value;
-      if (!text.trim()) return;
+      if (!text.trim() || !name.reportValidity()) return;
       status.textContent = "Sending…";
       try {
+        const speaker = name.value.trim();
         const posted = await api("POST", `/sessions/${seg(this.sessionId)}/messages`, {
           role: role.value,
           content: text,
+          ...(speaker ? { name: speaker } : {}),
         });
         content.value = "";
         status.textContent = posted.driftEvaluationEnqueued
@@ -141,6 +152,7 @@ function messageItem(message, found) {
       "div",
       { class: "msg-head" },
       h("span", { class: "role" }, label),
+      message.name ? h("span", { class: "speaker" }, message.name) : null,
       tool && message.toolCallId ? h("code", { class: "call-id" }, message.toolCallId) : null,
       h("time", { datetime: message.createdAt }, formatTime(message.createdAt)),
     ),

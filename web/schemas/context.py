@@ -52,6 +52,7 @@ class ThreadMessageOut(CamelModel):
     id: int
     role: str
     content: str
+    name: str | None
     tool_name: str | None
     tool_call_id: str | None
 

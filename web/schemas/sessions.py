@@ -8,7 +8,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Discriminator, Field, RootModel, model_validator
 
-from shared.domain.limits import MAX_BATCH_MESSAGES, MAX_MESSAGE_CHARS, MAX_TOPIC_TITLE_CHARS
+from shared.domain.limits import (
+    MAX_BATCH_MESSAGES,
+    MAX_MESSAGE_CHARS,
+    MAX_TOPIC_TITLE_CHARS,
+    MESSAGE_NAME_PATTERN,
+)
 from web.schemas.common import (
     Body,
     CamelModel,
@@ -36,6 +41,14 @@ class SessionIn(Body):
 class MessageIn(Body):
     role: Literal["user", "assistant", "tool"]
     content: str = Field(max_length=MAX_MESSAGE_CHARS)
+    # The domain's rule (check_message_name), in the schema too so the OpenAPI document
+    # shows it; the domain checks it for every writer (import, tools) as well.
+    name: str | None = Field(
+        default=None,
+        pattern=MESSAGE_NAME_PATTERN,
+        description="who spoke (OpenAI's `name`): ASCII letters, digits, '_' and '-',"
+        " at most 64; user and assistant messages only",
+    )
     tool_name: str | None = Field(default=None, min_length=1, max_length=200)
     tool_call_id: str | None = Field(default=None, min_length=1, max_length=200)
 
@@ -110,6 +123,7 @@ class MessageOut(CamelModel):
     topic_id: uuid.UUID
     role: str
     content: str
+    name: str | None
     tool_name: str | None
     tool_call_id: str | None
     created_at: datetime

@@ -96,7 +96,7 @@ def post_messages(
     agent's next call too: one round trip per turn."""
     rt = runtime()
     org_id = current_org()
-    new = [NewMessage(m.role, m.content, m.tool_name, m.tool_call_id) for m in body.batch]
+    new = [NewMessage(m.role, m.content, m.tool_name, m.tool_call_id, m.name) for m in body.batch]
     options = ContextOptions.from_settings(rt.settings) if query.context else None
     with unit_of_work() as uow:
         turn = post_turn(

@@ -51,23 +51,28 @@ def _run_sweep(system: VectorSystem) -> Any:
     return system.sweep()
 
 
+def _embedded_by_a_worker(system: VectorSystem, sid: str, messages: int) -> list[Any]:
+    """The session's vectors once a real worker has made all `messages` of them."""
+    with system.worker() as app:
+        ticks = iter(range(1_000))
+
+        def all_of_them() -> list[Any] | None:
+            # What beat sends every EMBED_TICK_S: a tick passes only what has settled.
+            if next(ticks) % int(EMBED_TICK_S / 0.05) == 0:
+                system.send(app, Job(EMBED_PENDING))
+            rows = system.rows(VECTORS_OF, sid=sid)
+            return rows if len(rows) == messages else None
+
+        return wait_for(all_of_them, timeout=30, what="the session's vectors")
+
+
 def test_posting_embeds_nothing_and_a_workers_sweep_embeds_the_batch_in_one_call(
     vectors: VectorSystem, fake_openai: FakeOpenAI
 ) -> None:
     sid = _conversation(vectors, vectors.new_org())
     assert fake_openai.embedding_requests == []  # never in the post path
     assert vectors.rows(VECTORS_OF, sid=sid) == []
-    with vectors.worker() as app:
-        ticks = iter(range(1_000))
-
-        def three() -> list[Any] | None:
-            # What beat sends every EMBED_TICK_S: a tick passes only what has settled.
-            if next(ticks) % int(EMBED_TICK_S / 0.05) == 0:
-                vectors.send(app, Job(EMBED_PENDING))
-            rows = vectors.rows(VECTORS_OF, sid=sid)
-            return rows if len(rows) == 3 else None
-
-        stored = wait_for(three, timeout=30, what="the session's vectors")
+    stored = _embedded_by_a_worker(vectors, sid, 3)
     assert {model for _, model in stored} == {vectors.embedder.model}
     # One call for the batch (this org's texts), and the nearest is the matching message.
     assert any(len(r["input"]) >= 3 for r in fake_openai.embedding_requests)
@@ -313,3 +318,32 @@ def test_a_model_past_2000_dimensions_gets_a_half_precision_hnsw_index_that_a_wa
             {"model": model, "vector": vector_literal([1.0] + [0.0] * (dimensions - 1))},
         ).all()  # fmt: skip
     assert index in "\n".join(row[0] for row in plan)
+
+
+def test_a_messages_vector_is_made_from_its_speakers_name_and_its_text_43(
+    vectors: VectorSystem, fake_openai: FakeOpenAI
+) -> None:
+    auth = vectors.new_org()
+    session = new_session(vectors.client, auth)
+    turns = [
+        {"role": "user", "name": "Caroline", "content": "I researched adoption agencies."},
+        {"role": "assistant", "content": "How did it go?"},
+    ]
+    posted = vectors.client.post(
+        f"/agents-api/sessions/{session['id']}/messages", json={"messages": turns}, headers=auth
+    )
+    assert posted.status_code == 201, posted.json
+    sid = str(session["id"])
+    _embedded_by_a_worker(vectors, sid, 2)
+    sent = {text for r in fake_openai.embedding_requests for text in r["input"]}
+    # As a transcript writes a turn: the name, a colon, the text; no name, the text alone.
+    assert {"Caroline: I researched adoption agencies.", "How did it go?"} <= sent
+    with vectors.unit_of_work() as uow:
+        (near,) = nearest_messages(
+            uow=uow, model=vectors.embedder.model, query=embedding("Caroline"),
+            session_ids=[uuid.UUID(sid)], limit=1,
+        )  # fmt: skip
+        name = uow.session.execute(
+            text("SELECT name FROM messages WHERE id = :id"), {"id": near.id}
+        ).scalar()
+    assert name == "Caroline"  # her name alone is nearest her turn
