@@ -4,7 +4,8 @@ answers with the dict, `AsyncClient` with a coroutine of it (the type parameters
 
 Names: reads are the noun (`session`, `messages`, `memory`), writes the verb
 (`create_session`, `post_messages`, `set_memory_state`). Arguments are snake_case; the
-JSON sent and the dicts answered are the API's, camelCase, unchanged.
+JSON sent and the dicts answered are the API's, camelCase, unchanged. What a call
+becomes on the wire, and the answer read back, is _calls.py.
 """
 
 from __future__ import annotations
@@ -12,62 +13,22 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import quote
 
-import httpx
+from ._calls import JSON, Call, Id, MemoryState, Message, Trigger, query_value, scope, seg
 
-from ._errors import ApiError
-from ._retry import RetryPolicy
-from ._version import __version__
-
-API_PREFIX = "/agents-api"
-USER_AGENT = f"driftless-client/{__version__}"
-DEFAULT_TIMEOUT_S = 10.0
 # A search text longer than this once percent-encoded is sent by POST /search: with the
 # longest ids beside it, a GET's request line would pass the server's 8,190 bytes (a 414;
 # 1,000 CJK characters alone are 9,000). A shorter one stays a GET, which is retried after
 # a dropped connection as a POST is not.
 MAX_GET_SEARCH_BYTES = 2048
 
-JSON = dict[str, Any]
-Id = str | uuid.UUID
-Message = Mapping[str, Any]
-MemoryState = Literal["none", "promoted", "deprecated"]
-Trigger = Literal["navigation", "visibility", "disconnect", "manual"]
 
 _Answer = TypeVar("_Answer")  # what a JSON answer is returned as
 _Nothing = TypeVar("_Nothing")  # what a 204 is returned as
-
-
-@dataclass(frozen=True)
-class Call:
-    """One request: `path` is under /agents-api with its segments already encoded; no
-    body when `json` is None."""
-
-    method: str
-    path: str
-    params: Mapping[str, str] | None = None
-    json: Any = None
-    ndjson: bytes | None = None  # a body of JSON lines (POST /import), sent as it is
-
-
-def _seg(value: Id) -> str:
-    """One path segment, percent-encoded whole: ids are opaque (`/`, `:`, `{`, spaces, …)."""
-    return quote(str(value), safe="")
-
-
-def _query_value(value: Any) -> str:
-    """A query parameter as the API reads it: `true`/`false` for a flag."""
-    return ("true" if value else "false") if isinstance(value, bool) else str(value)
-
-
-def _scope(agent_id: str, user_id: str) -> dict[str, str]:
-    return {"agentId": agent_id, "userId": user_id}
 
 
 class Operations(Generic[_Answer, _Nothing]):
@@ -91,26 +52,26 @@ class Operations(Generic[_Answer, _Nothing]):
         """`PUT /agents/{agentId}`: create or replace the agent's profile (the stable
         prefix's soul, skills and tools)."""
         body = {"soul": soul, "skills": list(skills), "tools": [dict(t) for t in tools]}
-        return self._call(Call("PUT", f"/agents/{_seg(agent_id)}", json=body))
+        return self._call(Call("PUT", f"/agents/{seg(agent_id)}", json=body))
 
     def agent(self, agent_id: str) -> _Answer:
         """`GET /agents/{agentId}`: the agent's profile."""
-        return self._call(Call("GET", f"/agents/{_seg(agent_id)}"))
+        return self._call(Call("GET", f"/agents/{seg(agent_id)}"))
 
     def erase_user(self, agent_id: str, user_id: str) -> _Answer:
         """`DELETE /agents/{agentId}/users/{userId}`: erase everything held about this
         user of this agent; `{erased: {what: count}}`."""
-        return self._call(Call("DELETE", f"/agents/{_seg(agent_id)}/users/{_seg(user_id)}"))
+        return self._call(Call("DELETE", f"/agents/{seg(agent_id)}/users/{seg(user_id)}"))
 
     # --- sessions, messages, topics -------------------------------------------------
 
     def create_session(self, agent_id: str, user_id: str) -> _Answer:
         """`POST /sessions`: a new session, its first topic active."""
-        return self._call(Call("POST", "/sessions", json=_scope(agent_id, user_id)))
+        return self._call(Call("POST", "/sessions", json=scope(agent_id, user_id)))
 
     def sessions(self, agent_id: str, user_id: str) -> _Answer:
         """`GET /sessions?agentId=&userId=`: the scope's sessions, newest first."""
-        return self._call(Call("GET", "/sessions", params=_scope(agent_id, user_id)))
+        return self._call(Call("GET", "/sessions", params=scope(agent_id, user_id)))
 
     def scopes(self) -> _Answer:
         """`GET /scopes`: the org's agent + user pairs that have sessions."""
@@ -118,7 +79,7 @@ class Operations(Generic[_Answer, _Nothing]):
 
     def session(self, session_id: Id) -> _Answer:
         """`GET /sessions/{sid}`: the session with its `topics` in creation order."""
-        return self._call(Call("GET", f"/sessions/{_seg(session_id)}"))
+        return self._call(Call("GET", f"/sessions/{seg(session_id)}"))
 
     def post_messages(
         self, session_id: Id, messages: Sequence[Message] | Message, context: bool = False
@@ -140,7 +101,7 @@ class Operations(Generic[_Answer, _Nothing]):
             body = {"messages": [dict(m) for m in messages]}
         params = {"context": "true"} if context else None
         return self._call(
-            Call("POST", f"/sessions/{_seg(session_id)}/messages", params=params, json=body)
+            Call("POST", f"/sessions/{seg(session_id)}/messages", params=params, json=body)
         )
 
     def messages(
@@ -159,19 +120,19 @@ class Operations(Generic[_Answer, _Nothing]):
             params["afterId"] = str(after_id)
         if limit is not None:
             params["limit"] = str(limit)
-        return self._call(Call("GET", f"/sessions/{_seg(session_id)}/messages", params=params))
+        return self._call(Call("GET", f"/sessions/{seg(session_id)}/messages", params=params))
 
     def create_topic(self, session_id: Id, title: str | None = None) -> _Answer:
         """`POST /sessions/{sid}/topics`: open a new active topic; the prior one is
         closed and its summary enqueued."""
         body = {} if title is None else {"title": title}
-        return self._call(Call("POST", f"/sessions/{_seg(session_id)}/topics", json=body))
+        return self._call(Call("POST", f"/sessions/{seg(session_id)}/topics", json=body))
 
     def evaluate(self, session_id: Id, trigger: Trigger) -> _Answer:
         """`POST /sessions/{sid}/evaluate`: an exit trigger (`navigation`, `visibility`,
         `disconnect`, `manual`) for the active topic; `{status: scheduled | coalesced |
         suppressed | dropped}`."""
-        path = f"/sessions/{_seg(session_id)}/evaluate"
+        path = f"/sessions/{seg(session_id)}/evaluate"
         return self._call(Call("POST", path, json={"trigger": trigger}))
 
     # --- context, working memory, tools ---------------------------------------------
@@ -179,12 +140,12 @@ class Operations(Generic[_Answer, _Nothing]):
     def context(self, session_id: Id) -> _Answer:
         """`GET /sessions/{sid}/context`: the assembled stack (`layers`, `messages`,
         `tokens`, `stablePrefixHash`)."""
-        return self._call(Call("GET", f"/sessions/{_seg(session_id)}/context"))
+        return self._call(Call("GET", f"/sessions/{seg(session_id)}/context"))
 
     def set_working_memory(self, session_id: Id, working_memory: Mapping[str, Any]) -> _Answer:
         """`PUT /sessions/{sid}/working-memory`: the session's volatile working memory
         (a small JSON object, kept with a TTL)."""
-        path = f"/sessions/{_seg(session_id)}/working-memory"
+        path = f"/sessions/{seg(session_id)}/working-memory"
         return self._call(Call("PUT", path, json=dict(working_memory)))
 
     def tools(self) -> _Answer:
@@ -203,43 +164,43 @@ class Operations(Generic[_Answer, _Nothing]):
         body: JSON = {"arguments": dict(arguments)}
         if tool_call_id is not None:
             body["toolCallId"] = tool_call_id
-        path = f"/sessions/{_seg(session_id)}/tools/{_seg(name)}"
+        path = f"/sessions/{seg(session_id)}/tools/{seg(name)}"
         return self._call(Call("POST", path, json=body))
 
     # --- topics and their curation --------------------------------------------------
 
     def topic(self, topic_id: Id) -> _Answer:
         """`GET /topics/{tid}`: the topic."""
-        return self._call(Call("GET", f"/topics/{_seg(topic_id)}"))
+        return self._call(Call("GET", f"/topics/{seg(topic_id)}"))
 
     def notes(self, topic_id: Id) -> _Answer:
         """`GET /topics/{tid}/notes`: the agent's notes of the topic."""
-        return self._call(Call("GET", f"/topics/{_seg(topic_id)}/notes"))
+        return self._call(Call("GET", f"/topics/{seg(topic_id)}/notes"))
 
     def set_memory_state(self, topic_id: Id, state: MemoryState) -> _Answer:
         """`PUT /topics/{tid}/memory`: a user's curation (`none`, `promoted`,
         `deprecated`); the topic."""
-        path = f"/topics/{_seg(topic_id)}/memory"
+        path = f"/topics/{seg(topic_id)}/memory"
         return self._call(Call("PUT", path, json={"state": state}))
 
     def cycle_memory_state(self, topic_id: Id) -> _Answer:
         """`POST /topics/{tid}/memory/cycle`: the topic, moved to its next memory state."""
-        return self._call(Call("POST", f"/topics/{_seg(topic_id)}/memory/cycle"))
+        return self._call(Call("POST", f"/topics/{seg(topic_id)}/memory/cycle"))
 
     def memory_history(self, topic_id: Id) -> _Answer:
         """`GET /topics/{tid}/history`: the topic's memory-state changes, `{changes}`."""
-        return self._call(Call("GET", f"/topics/{_seg(topic_id)}/history"))
+        return self._call(Call("GET", f"/topics/{seg(topic_id)}/history"))
 
     def evaluations(self, topic_id: Id) -> _Answer:
         """`GET /topics/{tid}/evaluations`: the topic's drift evaluations."""
-        return self._call(Call("GET", f"/topics/{_seg(topic_id)}/evaluations"))
+        return self._call(Call("GET", f"/topics/{seg(topic_id)}/evaluations"))
 
     # --- a scope's memory and facts -------------------------------------------------
 
     def memory(self, agent_id: str, user_id: str) -> _Answer:
         """`GET /memory?agentId=&userId=`: the scope's cross-session memory, `{entries,
         tokens, truncated, dropped}`."""
-        return self._call(Call("GET", "/memory", params=_scope(agent_id, user_id)))
+        return self._call(Call("GET", "/memory", params=scope(agent_id, user_id)))
 
     def search(
         self,
@@ -253,31 +214,31 @@ class Operations(Generic[_Answer, _Nothing]):
         """`GET /search` (`POST /search` for a long `q`): the scope's topics and messages
         matching `q`, best first, `{results: [{kind, topicId, sessionId, messageId, title,
         snippet, ...}]}`."""
-        asked: dict[str, Any] = {**_scope(agent_id, user_id), "q": q, "limit": limit}
+        asked: dict[str, Any] = {**scope(agent_id, user_id), "q": q, "limit": limit}
         if kind is not None:
             asked["kind"] = kind
         if include_deprecated:
             asked["includeDeprecated"] = True
         if len(quote(q, safe="")) > MAX_GET_SEARCH_BYTES:
             return self._call(Call("POST", "/search", json=asked))
-        params = {name: _query_value(value) for name, value in asked.items()}
+        params = {name: query_value(value) for name, value in asked.items()}
         return self._call(Call("GET", "/search", params=params))
 
     def facts(self, agent_id: str, user_id: str) -> _Answer:
         """`GET /facts?agentId=&userId=`: the scope's durable facts, `{facts: {key:
         value}}`."""
-        return self._call(Call("GET", "/facts", params=_scope(agent_id, user_id)))
+        return self._call(Call("GET", "/facts", params=scope(agent_id, user_id)))
 
     def merge_facts(self, agent_id: str, user_id: str, facts: Mapping[str, Any]) -> _Answer:
         """`PUT /facts?agentId=&userId=`: create or update these entries; all the
         scope's facts after the merge."""
-        params = _scope(agent_id, user_id)
+        params = scope(agent_id, user_id)
         return self._call(Call("PUT", "/facts", params=params, json=dict(facts)))
 
     def delete_fact(self, agent_id: str, user_id: str, key: str) -> _Nothing:
         """`DELETE /facts/{key}?agentId=&userId=`: remove one fact (no answer: 204)."""
-        path = f"/facts/{_seg(key)}"
-        return self._call_no_content(Call("DELETE", path, params=_scope(agent_id, user_id)))
+        path = f"/facts/{seg(key)}"
+        return self._call_no_content(Call("DELETE", path, params=scope(agent_id, user_id)))
 
     def facts_history(
         self,
@@ -290,7 +251,7 @@ class Operations(Generic[_Answer, _Nothing]):
         """`GET /facts/history?agentId=&userId=&key=&before=&limit=`: every value the key
         held, newest first, `{history: [{key, value, validFrom, validTo, changedBy,
         removedBy}], nextBefore}`; `nextBefore` is the `before` of the next page."""
-        params = {**_scope(agent_id, user_id), "key": key}
+        params = {**scope(agent_id, user_id), "key": key}
         if before is not None:
             params["before"] = before if isinstance(before, str) else before.isoformat()
         if limit is not None:
@@ -364,12 +325,12 @@ class Operations(Generic[_Answer, _Nothing]):
     def reevaluation(self, campaign_id: Id) -> _Answer:
         """`GET /reevaluations/{id}`: one campaign, `{id, state, total, enqueued, done,
         failed, createdAt, finishedAt, ...}`."""
-        return self._call(Call("GET", f"/reevaluations/{_seg(campaign_id)}"))
+        return self._call(Call("GET", f"/reevaluations/{seg(campaign_id)}"))
 
     def cancel_reevaluation(self, campaign_id: Id) -> _Answer:
         """`DELETE /reevaluations/{id}`: stop enqueuing; the campaign, `cancelled` (a
         finished one is an ApiError 409)."""
-        return self._call(Call("DELETE", f"/reevaluations/{_seg(campaign_id)}"))
+        return self._call(Call("DELETE", f"/reevaluations/{seg(campaign_id)}"))
 
     # --- webhooks -------------------------------------------------------------------
 
@@ -387,11 +348,11 @@ class Operations(Generic[_Answer, _Nothing]):
 
     def delete_webhook(self, webhook_id: Id) -> _Nothing:
         """`DELETE /webhooks/{id}`: unsubscribe; nothing more is delivered to it."""
-        return self._call_no_content(Call("DELETE", f"/webhooks/{_seg(webhook_id)}"))
+        return self._call_no_content(Call("DELETE", f"/webhooks/{seg(webhook_id)}"))
 
     def webhook_deliveries(self, webhook_id: Id) -> _Answer:
         """`GET /webhooks/{id}/deliveries`: its newest deliveries first, `{deliveries}`."""
-        return self._call(Call("GET", f"/webhooks/{_seg(webhook_id)}/deliveries"))
+        return self._call(Call("GET", f"/webhooks/{seg(webhook_id)}/deliveries"))
 
     # --- the API itself -------------------------------------------------------------
 
@@ -436,106 +397,3 @@ class Operations(Generic[_Answer, _Nothing]):
     def openapi(self) -> _Answer:
         """`GET /openapi.json`: the OpenAPI 3 document of the API."""
         return self._call(Call("GET", "/openapi.json"))
-
-
-def events_call(session_id: Id) -> Call:
-    """`GET /sessions/{sid}/events` (each client streams it its own way)."""
-    return Call("GET", f"/sessions/{_seg(session_id)}/events")
-
-
-def export_call(agent_id: str | None = None, user_id: str | None = None) -> Call:
-    """`GET /export?agentId=&userId=` (each client streams it its own way)."""
-    given = {"agentId": agent_id, "userId": user_id}
-    return Call("GET", "/export", params={k: v for k, v in given.items() if v is not None})
-
-
-def export_line(line: str) -> JSON | None:
-    """One line of an export as a dict; None for a blank line."""
-    return json.loads(line) if line.strip() else None
-
-
-# --- what both clients share besides the operations ---------------------------------
-
-
-@dataclass(frozen=True)
-class Connection:
-    """What both clients send every request with: the server's root, the key's headers,
-    the timeout and the retry policy."""
-
-    base_url: str
-    headers: dict[str, str]
-    timeout: httpx.Timeout
-    retry: RetryPolicy
-
-    @classmethod
-    def of(
-        cls,
-        base_url: str,
-        api_key: str,
-        *,
-        timeout: float | httpx.Timeout,
-        max_retries: int,
-        backoff: float,
-        transport: object | None,
-        http_client: object | None,
-    ) -> Connection:
-        """The client's arguments, checked (ValueError names a bad one)."""
-        if transport is not None and http_client is not None:
-            raise ValueError("pass transport or http_client, not both")
-        return cls(
-            base_url=_base_url_of(base_url),
-            headers=_headers_of(api_key),
-            timeout=httpx.Timeout(timeout),
-            retry=RetryPolicy(max_retries=max_retries, backoff_s=backoff),
-        )
-
-    def request(self, http: httpx.Client | httpx.AsyncClient, call: Call) -> httpx.Request:
-        """`call` as the request `http` sends (again, on a retry)."""
-        return http.build_request(
-            call.method,
-            f"{self.base_url}{API_PREFIX}{call.path}",
-            params=call.params,
-            json=call.json,
-            content=call.ndjson,
-            headers=self.headers
-            if call.ndjson is None
-            else {**self.headers, "Content-Type": "application/x-ndjson"},
-            timeout=self.timeout,
-        )
-
-
-def _base_url_of(base_url: str) -> str:
-    """The server's root (`http://127.0.0.1:8000`), without a trailing slash; a path
-    (a proxy's prefix) is kept."""
-    url = httpx.URL(base_url)
-    if url.scheme not in ("http", "https") or not url.host:
-        raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
-    return str(url.copy_with(query=None, fragment=None)).rstrip("/")
-
-
-def _headers_of(api_key: str) -> dict[str, str]:
-    if not api_key:
-        raise ValueError("api_key must not be empty")
-    return {
-        "Authorization": f"Bearer {api_key}",
-        "Accept": "application/json",
-        "User-Agent": USER_AGENT,
-    }
-
-
-def json_answer(response: httpx.Response) -> JSON:
-    """The answer's JSON object; ApiError for an error answer (its body read)."""
-    if not response.is_success:
-        raise ApiError.from_response(response)
-    try:
-        body: Any = response.json()
-    except ValueError:
-        body = None
-    if not isinstance(body, dict):
-        raise ApiError(response.status_code, "invalid_answer", "the answer is not a JSON object")
-    return body
-
-
-def no_content(response: httpx.Response) -> None:
-    if not response.is_success:
-        raise ApiError.from_response(response)

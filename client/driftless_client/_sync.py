@@ -9,13 +9,13 @@ from typing import Any
 
 import httpx
 
-from ._api import (
+from ._api import Operations
+from ._calls import (
     DEFAULT_TIMEOUT_S,
     JSON,
     Call,
     Connection,
     Id,
-    Operations,
     events_call,
     export_call,
     export_line,

@@ -17,7 +17,8 @@ from urllib.parse import unquote
 import pytest
 
 from driftless_client import ApiError, Client
-from driftless_client._api import API_PREFIX, Call, Operations, events_call, export_call
+from driftless_client._api import Operations
+from driftless_client._calls import API_PREFIX, Call, events_call, export_call
 from tests.client.conftest import System
 from tests.faults.procs import wait_until
 from tests.helpers import wait_for
