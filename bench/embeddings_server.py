@@ -66,7 +66,11 @@ class Embedder:
             )  # fmt: skip
 
     def tokens(self, texts: list[str]) -> int:
-        return sum(len(self.model.tokenizer(t)["input_ids"]) for t in texts)
+        # Under the lock too: encode() sets padding on the same fast tokenizer, and a count
+        # beside it made encode's batch ragged ("Unable to create tensor"), a dropped
+        # answer the worker sent again, until the server only served retries.
+        with self._lock:
+            return sum(len(self.model.tokenizer(t)["input_ids"]) for t in texts)
 
 
 def make_handler(embedder: Embedder) -> type[BaseHTTPRequestHandler]:
