@@ -27,6 +27,8 @@ import argparse
 import json
 import logging
 import os
+import select
+import socket
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -120,6 +122,8 @@ class WordLlamaEmbedder:
 
 
 def make_handler(embedder: Model) -> type[BaseHTTPRequestHandler]:
+    in_turn = threading.Lock()  # requests are computed one at a time, each checked first
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -146,8 +150,18 @@ def make_handler(embedder: Model) -> type[BaseHTTPRequestHandler]:
             except (ValueError, AttributeError) as error:
                 self._error(HTTPStatus.BAD_REQUEST, str(error))
                 return
-            vectors = embedder.embed(texts) if texts else []
-            tokens = embedder.tokens(texts)
+            with in_turn:
+                if _hung_up(self.connection):
+                    # Its client timed out while it waited, and will send it again:
+                    # computing it anyway would push every request behind it past its own
+                    # timeout too, until the server served only abandoned requests.
+                    logger.info(
+                        "%d texts dropped: the client hung up while they waited", len(texts)
+                    )
+                    self.close_connection = True
+                    return
+                vectors = embedder.embed(texts) if texts else []
+                tokens = embedder.tokens(texts)
             data = [
                 {"object": "embedding", "index": i, "embedding": [float(x) for x in v]}
                 for i, v in enumerate(vectors)
@@ -176,6 +190,15 @@ def make_handler(embedder: Model) -> type[BaseHTTPRequestHandler]:
             logger.debug(format, *args)
 
     return Handler
+
+
+def _hung_up(connection: socket.socket) -> bool:
+    """Whether the client closed its end: readable, and nothing to read."""
+    try:
+        readable, _, _ = select.select([connection], [], [], 0)
+        return bool(readable) and connection.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
 
 
 def _texts(value: object) -> list[str]:
