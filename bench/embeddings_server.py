@@ -183,8 +183,14 @@ def make_handler(embedder: Model) -> type[BaseHTTPRequestHandler]:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
+            try:
+                self.end_headers()
+                self.wfile.write(raw)
+            except (BrokenPipeError, ConnectionResetError):
+                # A search's query vector has a 0.3 s deadline (shared/embeddings/query.py):
+                # past it the web hangs up and answers by words. Not the server's error.
+                logger.info("the client hung up before its answer (%s)", status.value)
+                self.close_connection = True
 
         def log_message(self, format: str, *args: Any) -> None:
             logger.debug(format, *args)
