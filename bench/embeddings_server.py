@@ -151,7 +151,7 @@ def make_handler(embedder: Model) -> type[BaseHTTPRequestHandler]:
                 self._error(HTTPStatus.BAD_REQUEST, str(error))
                 return
             with in_turn:
-                if _hung_up(self.connection):
+                if client_hung_up(self.connection):
                     # Its client timed out while it waited, and will send it again:
                     # computing it anyway would push every request behind it past its own
                     # timeout too, until the server served only abandoned requests.
@@ -198,7 +198,7 @@ def make_handler(embedder: Model) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def _hung_up(connection: socket.socket) -> bool:
+def client_hung_up(connection: socket.socket) -> bool:
     """Whether the client closed its end: readable, and nothing to read."""
     try:
         readable, _, _ = select.select([connection], [], [], 0)
