@@ -53,6 +53,6 @@ fmt: install ## Format and autofix
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-clean: ## Remove the virtualenv and the embedded servers' data (.driftless/)
+clean: ## Remove the virtualenvs (.venv/, the local embeddings' .venv-embed/) and the embedded servers' data (.driftless/)
 	-[ -f .driftless/redis/redis.pid ] && kill $$(cat .driftless/redis/redis.pid) 2>/dev/null
-	rm -rf $(VENV) .driftless .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-embed .driftless .pytest_cache .mypy_cache .ruff_cache
