@@ -54,46 +54,50 @@ def serve_next(
     itself with a countdown. Any other error ends it: `on_failure`, then raise.
     """
     runtime: Runtime = task.app.driftless
-    fair = runtime.fair
-    runner = runtime.heartbeat.runner()  # the job popped is marked running by this process
+    fair, heartbeat = runtime.fair, runtime.heartbeat
     wait_s: float | None = None
     for _ in range(TRIES):
-        turn = fair.take(lane, runner=runner)
-        if turn.release:
-            runtime.queue.send(ticket(lane))
-        job = turn.job
-        if job is None:
-            wait_s = turn.retry_in_s
-            break
-        started = time.time()
-        serving(task, job.task)
+        # The job popped is marked running by this run, which beats until it ends, however
+        # it ends (shared/infra/liveness.py): a run Redis never heard end stops beating.
+        run = heartbeat.begin()
         try:
-            outcome = _run(fair, lane, job, turn.trial, jobs[job.task], task, runner)
-        except RateLimited as exc:  # back in its org's list, marked queued again
-            wait_s = exc.retry_after_s
-            continue
-        except (OperationalError, PoolTimeout):
-            log.warning(
-                "%s %s: database unavailable, sent back", job.task, job.kwargs, exc_info=True
-            )
-            _send_back(runtime, lane, job, countdown=RETRY_AFTER_S)  # marked held there
-            _done(runtime, lane, job, runner)
-            return "retry"
-        except Exception:
-            on_failure(job)
-            with suppress(RedisError):  # the job's own error is the one to raise
-                _done(runtime, lane, job, runner)  # lost: the reconciler sends it again
-            raise
-        except BaseException:
-            # The hard time limit (gevent's Timeout) or a kill ends the job here: not
-            # running any more, though its process lives on and beats, so the reconciler
-            # may send it again rather than wait out the mark's expiry.
-            with suppress(Exception):
-                _done(runtime, lane, job, runner)
-            raise
-        JOB_WAIT.labels(lane).observe(max(0.0, started - job.pushed_at))
-        _done(runtime, lane, job, runner)
-        return outcome
+            turn = fair.take(lane, runner=run, alive_ms=heartbeat.ttl_ms)
+            if turn.release:
+                runtime.queue.send(ticket(lane))
+            job = turn.job
+            if job is None:
+                wait_s = turn.retry_in_s
+                break
+            started = time.time()
+            serving(task, job.task)
+            try:
+                outcome = _run(fair, lane, job, turn.trial, jobs[job.task], task, run)
+            except RateLimited as exc:  # back in its org's list, marked queued again
+                wait_s = exc.retry_after_s
+                continue
+            except (OperationalError, PoolTimeout):
+                log.warning(
+                    "%s %s: database unavailable, sent back", job.task, job.kwargs, exc_info=True
+                )
+                _send_back(runtime, lane, job, countdown=RETRY_AFTER_S)  # marked held there
+                _done(runtime, lane, job, run)
+                return "retry"
+            except Exception:
+                on_failure(job)
+                with suppress(RedisError):  # the job's own error is the one to raise
+                    _done(runtime, lane, job, run)  # lost: the reconciler sends it again
+                raise
+            except BaseException:
+                # The hard time limit (gevent's Timeout) or a kill ends the job here: its
+                # mark goes now if Redis answers, else with its run's key.
+                with suppress(Exception):
+                    _done(runtime, lane, job, run)
+                raise
+            JOB_WAIT.labels(lane).observe(max(0.0, started - job.pushed_at))
+            _done(runtime, lane, job, run)
+            return outcome
+        finally:
+            heartbeat.end(run)
     if wait_s is None:
         return "empty"
     if wait_s <= 0 or fair.park(lane, wait_s=wait_s):

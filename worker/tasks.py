@@ -91,7 +91,7 @@ def _held_while_running(task: Task, name: str, topic_id: str) -> AbstractContext
     time limit is no retry: such a job is the reconciler's at once."""
     runtime = context_of(task.app)
     return runtime.held.running(
-        subject_of(name, {"topic_id": topic_id}), runtime.heartbeat.runner(),
+        subject_of(name, {"topic_id": topic_id}), runtime.heartbeat,
         retried=lambda exc: isinstance(exc, (Retry, RateLimited, *RETRYABLE)),
     )  # fmt: skip
 

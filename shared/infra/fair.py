@@ -39,6 +39,8 @@ from typing import Any, Literal
 
 import redis
 
+from shared.infra.liveness import alive_key
+
 log = logging.getLogger(__name__)
 
 Lane = Literal["live", "bulk"]
@@ -57,7 +59,8 @@ return n
 
 # KEYS: ring, the lane's fleet hold, parked tickets, queued marks. ARGV: prefix of the
 # orgs' lists, prefix of their holds, prefix of their fleet marks, SKIPS, NEXT_LOOK_MS,
-# TRIAL_MS, the trial's token, prefix of the running marks, the popping process, RUNNING_MS.
+# TRIAL_MS, the trial's token, prefix of the running marks, the popping run, RUNNING_MS,
+# the run's alive key and its lifetime (ms; shared/infra/liveness.py).
 # The org at the head gives its oldest job and goes to the tail if it has more. An org that
 # yields its turn (held, or marked as the fleet's model's while the fleet's quota is
 # held) goes to the tail with its jobs. A marked org served once the hold lapsed takes
@@ -92,6 +95,7 @@ for _ = 1, tonumber(ARGV[4]) do
           redis.call('HDEL', KEYS[4], subject)
         end
         redis.call('SET', ARGV[8] .. subject, ARGV[9], 'PX', ARGV[10])
+        if ARGV[9] ~= '' then redis.call('SET', ARGV[11], '1', 'PX', ARGV[12]) end
       end
       local release = 0
       if tonumber(redis.call('GET', KEYS[3]) or '0') > 0 then
@@ -160,11 +164,12 @@ if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then return 1 end
 redis.call('INCR', KEYS[2])
 return 0
 """
-# KEYS: parked tickets, the job's running mark (or none). ARGV: the process that ran it.
-# A job ended: its running mark goes (unless another process runs it again by now), and
-# a parked ticket is taken back (1) if any waits.
+# KEYS: parked tickets, the run's alive key, the job's running mark (or none). ARGV: the
+# run. A job ended: its run's key and its running mark go (unless another run holds it
+# by now), and a parked ticket is taken back (1) if any waits.
 _DONE = """
-if KEYS[2] and redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
+redis.call('DEL', KEYS[2])
+if KEYS[3] and redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) end
 if tonumber(redis.call('GET', KEYS[1]) or '0') <= 0 then return 0 end
 redis.call('DECR', KEYS[1])
 return 1
@@ -301,10 +306,11 @@ class FairQueue:
         """The next admissible org's oldest job, None when none is (one round trip)."""
         return self.take(lane).job
 
-    def take(self, lane: Lane, *, runner: str = "") -> Turn:
+    def take(self, lane: Lane, *, runner: str = "", alive_ms: int = 0) -> Turn:
         """The next admissible org's oldest job, or how long until one may be (one round
-        trip). The job's subject is marked running by `runner` (a worker process, whose
-        heartbeat says it still runs it: shared/infra/held.py) until `done`."""
+        trip). The job's subject is marked running by `runner`, a run whose key the pop
+        sets alive for `alive_ms` and its process beats for (shared/infra/liveness.py)
+        until `done`."""
         token = f"trial:{uuid.uuid4().hex}"
         raw, wait_ms, release, trial = self._pop(
             keys=[_ring(lane), _key(lane, "fleet-held"), _key(lane, "parked"), queued_key(lane)],
@@ -319,6 +325,8 @@ class FairQueue:
                 running_key(lane, ""),
                 runner,
                 RUNNING_MS,
+                alive_key(runner),
+                max(1, alive_ms),
             ],
         )
         if raw:
@@ -365,7 +373,7 @@ class FairQueue:
         """A job ended (ran, failed, or went back to the broker): its running mark goes.
         True if a parked ticket was taken back (the caller sends it): the job's org's
         slot is free again."""
-        keys = [_key(lane, "parked")]
+        keys = [_key(lane, "parked"), alive_key(runner)]
         if job is not None and job.subject:
             keys.append(running_key(lane, job.subject))
         return bool(self._done(keys=keys, args=[runner]))

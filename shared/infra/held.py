@@ -8,16 +8,16 @@ costs O(1) a job, never a scan of the lists:
 
   in an org's list        driftless:{fair:<lane>}:queued, a count per subject (fair.py's
                           push and pop, in one script with the list)
-  popped, running         driftless:{fair:<lane>}:running:<subject> = its worker process
+  popped, running         driftless:{fair:<lane>}:running:<subject> = its run
                           (the pop sets it, the job's end deletes it: worker/fair.py)
   in the broker           driftless:held:delayed:<subject>, until the job should have
                           started (a retry's countdown: shared/infra/queue.py)
-  running from the broker driftless:held:running:<subject> = its worker process
+  running from the broker driftless:held:running:<subject> = its run
 
-A running mark counts only while its process's heartbeat lives (liveness.py): a worker
-killed mid-job leaves a mark nobody beats for. The marks live in the Redis of the lists,
-so a Redis restart loses them with the jobs, and the reconciler finds those from
-PostgreSQL as before.
+A running mark counts only while its run's key lives (liveness.py): a run that ended,
+or a worker killed mid-job, leaves a mark nobody beats for. The marks live in the Redis
+of the lists, so a Redis restart loses them with the jobs, and the reconciler finds
+those from PostgreSQL as before.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from contextlib import contextmanager
 import redis
 
 from shared.infra.fair import LANES, RUNNING_MS, queued_key, running_key, subject_of
-from shared.infra.liveness import alive_key
+from shared.infra.liveness import Heartbeat, alive_key
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,10 @@ RETRY_HOLD_S = 60.0 + BROKER_MARGIN_S
 _DELAYED = "driftless:held:delayed:"
 _RUNNING = "driftless:held:running:"
 
-# KEYS: a running mark. ARGV: the process that set it. Deleted only if still its own.
+# KEYS: a running mark, its run's alive key. ARGV: the run. The mark is deleted only if
+# still the run's own.
 _END_RUN = """
+redis.call('DEL', KEYS[2])
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
@@ -128,17 +130,19 @@ class HeldJobs:
 
     @contextmanager
     def running(
-        self, subject: str, runner: str, *, retried: Callable[[BaseException], bool]
+        self, subject: str, heartbeat: Heartbeat, *, retried: Callable[[BaseException], bool]
     ) -> Iterator[None]:
-        """A job from the broker runs in `runner` (a live process): held while it runs,
-        and, when it raised an error `retried` says its queue retries, until that retry
-        is due (and a margin). Redis errors never fail the job."""
+        """A job from the broker runs in this process: held while its run beats, and, when
+        it raised an error `retried` says its queue retries, until that retry is due (and
+        a margin). Redis errors never fail the job."""
         if not subject:
             yield
             return
+        run = heartbeat.begin()
         try:
             with self._client.pipeline(transaction=False) as pipe:
-                pipe.set(_RUNNING + subject, runner, px=RUNNING_MS)
+                pipe.set(alive_key(run), 1, px=heartbeat.ttl_ms)
+                pipe.set(_RUNNING + subject, run, px=RUNNING_MS)
                 pipe.delete(_DELAYED + subject)
                 pipe.execute()
         except redis.RedisError as exc:
@@ -150,9 +154,10 @@ class HeldJobs:
                 self._mark_delayed(subject, RETRY_HOLD_S)  # before the running mark goes
             raise
         finally:
+            heartbeat.end(run)  # whatever Redis says next, the run no longer beats
             try:
-                self._end_run(keys=[_RUNNING + subject], args=[runner])
-            except redis.RedisError as exc:  # it expires; its runner's heartbeat stops first
+                self._end_run(keys=[_RUNNING + subject, alive_key(run)], args=[run])
+            except redis.RedisError as exc:  # its run's key lapses: it is no longer beaten
                 log.warning("held mark of %s not cleared: %s", subject, exc)
 
 

@@ -36,8 +36,14 @@ def is_held(client: redis.Redis, topic_id: uuid.UUID, task: str = SUMMARIZE_TOPI
     return HeldJobs(client).unheld(task, [topic_id]) == []
 
 
-def live_runner(client: redis.Redis) -> str:
-    return Heartbeat(lambda: client, ttl_s=30).runner()
+def heartbeat(client: redis.Redis, ttl_s: float = 30) -> Heartbeat:
+    return Heartbeat(lambda: client, ttl_s=ttl_s)
+
+
+def take(fair: FairQueue, beats: Heartbeat, lane: Any = "live") -> tuple[Any, str]:
+    """A worker's pop: the job, and the run that holds it (beaten for by `beats`)."""
+    run = beats.begin()
+    return fair.take(lane, runner=run, alive_ms=beats.ttl_ms).job, run
 
 
 def test_a_job_waiting_in_its_orgs_list_is_held_however_long_it_waits_42b(
@@ -51,26 +57,42 @@ def test_a_job_waiting_in_its_orgs_list_is_held_however_long_it_waits_42b(
     assert not is_held(client, topic_id, EVALUATE_TOPIC)  # each task a subject of its own
 
 
-def test_a_popped_job_is_held_while_its_worker_beats_and_lost_once_it_stops_42b(
+def test_a_popped_job_is_held_while_its_run_beats_and_lost_once_it_stops_42b(
     fair: FairQueue, client: redis.Redis
 ) -> None:
     topic_id = uuid.uuid4()
-    runner = live_runner(client)
     sent = summary_of(topic_id)
     fair.push("live", sent)
-    assert fair.take("live", runner=runner).job == sent
+    job, run = take(fair, heartbeat(client))
+    assert job == sent
     assert is_held(client, topic_id)  # out of the list, running
-    client.delete(alive_key(runner))  # kill -9: the heartbeat lapses
+    client.delete(alive_key(run))  # kill -9: the run's key lapses
     assert not is_held(client, topic_id)
 
 
 def test_a_finished_job_is_held_no_longer_42b(fair: FairQueue, client: redis.Redis) -> None:
     topic_id = uuid.uuid4()
-    runner = live_runner(client)
     fair.push("live", summary_of(topic_id))
-    job = fair.take("live", runner=runner).job
-    fair.done("live", job, runner=runner)
+    job, run = take(fair, heartbeat(client))
+    fair.done("live", job, runner=run)
     assert not is_held(client, topic_id)
+    assert client.exists(alive_key(run)) == 0
+
+
+def test_a_run_that_ended_unheard_by_redis_stops_beating_and_its_job_is_lost_42b(
+    fair: FairQueue, client: redis.Redis
+) -> None:
+    """Redis could not be told the job ended (a blip): its mark stays, but its process
+    no longer beats for the run, so the mark counts only until the run's key lapses."""
+    topic_id, beats = uuid.uuid4(), heartbeat(client, ttl_s=1)
+    fair.push("live", summary_of(topic_id))
+    _, run = take(fair, beats)
+    assert is_held(client, topic_id)
+    other = beats.begin()  # another run of the process goes on beating meanwhile
+    client.set(alive_key(other), 1, px=beats.ttl_ms)
+    beats.end(run)
+    wait_for(lambda: not is_held(client, topic_id), timeout=10)
+    assert client.exists(alive_key(other)) == 1  # beaten for, every third of a second
 
 
 def test_two_jobs_of_one_subject_hold_it_until_both_left_the_list_42b(
@@ -117,12 +139,12 @@ def test_a_retry_sent_with_a_countdown_is_held_until_it_should_have_started_42b(
 def test_a_job_from_the_broker_is_held_while_it_runs_and_while_celery_retries_it_42b(
     client: redis.Redis,
 ) -> None:
-    held, runner = HeldJobs(client), live_runner(client)
+    held, beats = HeldJobs(client), heartbeat(client)
     ran, retried, timed_out = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
 
     def running(topic_id: uuid.UUID) -> Any:
         return held.running(
-            subject_of(SUMMARIZE_TOPIC, {"topic_id": str(topic_id)}), runner,
+            subject_of(SUMMARIZE_TOPIC, {"topic_id": str(topic_id)}), beats,
             retried=lambda exc: isinstance(exc, ConnectionError),
         )  # fmt: skip
 
@@ -140,7 +162,7 @@ def test_a_job_from_the_broker_is_held_while_it_runs_and_while_celery_retries_it
 def test_erasure_forgets_every_mark_of_a_topic_42b(fair: FairQueue, client: redis.Redis) -> None:
     waiting, running, delayed = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     fair.push("live", summary_of(running))
-    fair.take("live", runner=live_runner(client))
+    take(fair, heartbeat(client))
     fair.push("live", summary_of(waiting))
     HeldJobs(client).sent_delayed(subject_of(EVALUATE_TOPIC, {"topic_id": str(delayed)}), 60)
     assert forget_held(client, [SUMMARIZE_TOPIC, EVALUATE_TOPIC], [waiting, running, delayed]) == 3
@@ -157,7 +179,9 @@ def test_without_redis_every_candidate_counts_as_lost_42b() -> None:
 def test_a_heartbeat_lives_at_most_a_reconcile_period_42b(client: redis.Redis) -> None:
     # A killed worker's jobs come back within two periods: one for its heartbeat to lapse.
     assert heartbeat_ttl_s(2) == 2 and heartbeat_ttl_s(60) == 30 and heartbeat_ttl_s(0) == 1
-    key = alive_key(Heartbeat(lambda: client, ttl_s=2).runner())
+    beats = heartbeat(client, ttl_s=2)
+    key = alive_key(beats.begin())
+    client.set(key, 1, px=beats.ttl_ms)  # as the pop sets it
     assert 0 < client.pttl(key) <= 2000
     wait_for(lambda: client.pttl(key) < 1500, timeout=5)
     wait_for(lambda: client.pttl(key) > 1500, timeout=5)  # beaten again: it lives on
