@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from shared import models
 from shared.auth.service import create_api_key, list_keys, org_id_named, revoke_key
 from shared.bootstrap import Runtime
 from shared.infra.config import load_settings_or_exit
@@ -65,7 +66,7 @@ def db_upgrade() -> None:
 @db.command("check")
 def db_check() -> None:
     """Fail if the models have changes no migration covers."""
-    migrate.check(database_url())
+    models.check(database_url())
     click.echo("models and migrations agree")
 
 

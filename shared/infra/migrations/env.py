@@ -6,16 +6,18 @@ from alembic import context
 from sqlalchemy import create_engine, pool
 
 from shared.infra.db.engine import sqlalchemy_url
-from shared.models import VECTOR_TABLES, Base
 
 config = context.config
-target_metadata = Base.metadata
+# The models, when the caller compares them with the migrations (shared/models.py);
+# none to run the migrations.
+target_metadata = config.attributes.get("target_metadata")
+unmodelled = config.attributes.get("unmodelled_tables", frozenset())
 
 
 def include_name(name: str | None, type_: str, parent_names: object) -> bool:
-    """The vector tables exist only with pgvector and no model declares them
-    (shared/embeddings/schema.py): the check leaves them out."""
-    return not (type_ == "table" and name in VECTOR_TABLES)
+    """Tables no model declares (the vector tables, which exist only with pgvector:
+    shared/embeddings/schema.py) are left out of the comparison."""
+    return not (type_ == "table" and name in unmodelled)
 
 
 def run_migrations_online() -> None:

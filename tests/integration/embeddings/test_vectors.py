@@ -287,7 +287,7 @@ def test_with_pgvector_the_models_and_migrations_still_agree(
     vector_database_url: str,
 ) -> None:
     from shared.embeddings.schema import ensure_vector_schema_at
-    from shared.infra.db.migrate import check
+    from shared.models import check
 
     check(vector_database_url)  # the vector tables are no model's, and not a difference
     assert ensure_vector_schema_at(vector_database_url)  # again: idempotent

@@ -6,7 +6,8 @@ import psycopg2
 from sqlalchemy import create_engine, inspect
 
 from shared.infra.db.engine import sqlalchemy_url
-from shared.infra.db.migrate import check, upgrade
+from shared.infra.db.migrate import upgrade
+from shared.models import check
 from tests import services
 
 
