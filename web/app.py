@@ -11,6 +11,7 @@ from flask_openapi3 import Info, OpenAPI
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.bootstrap import Runtime
+from shared.infra import tracing
 from shared.infra.config import Settings, load_settings_or_exit
 from shared.infra.heap import freeze_startup_objects
 from shared.infra.logs import configure_logging
@@ -91,6 +92,8 @@ def create_app(
         settings = load_settings_or_exit()
         configure_logging(settings.log_format)
     _cooperative_database()
+    # Before the runtime: its engine is made by the traced `create_engine`.
+    tracing.start(tracing.SERVICE_WEB)
     app = OpenAPI(
         __name__,
         info=Info(title="driftless", version="0.1.0"),
@@ -123,6 +126,7 @@ def create_app(
         idle_in_transaction_s=settings.web_idle_in_transaction_ms / 1000 or None,
     ).build()
 
+    tracing.trace_app(app)  # a no-op unless traced
     install_metrics(app)  # first: it times everything, rejected requests included
     install_log_context(app)  # before auth: a refused request's log lines carry its id too
     install_auth(app)

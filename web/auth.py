@@ -7,6 +7,7 @@ import uuid
 
 from flask import Flask, Response, g, request
 
+from shared.infra import tracing
 from web.errors import error_response
 from web.runtime import runtime
 
@@ -31,5 +32,6 @@ def install_auth(app: Flask) -> None:
         if caller is None:
             return error_response(401, "unauthorized", "unknown or revoked API key")
         g.org_id = caller.org_id
+        tracing.set_org(caller.org_id)  # one tenant's traces, filtered by the request's span
         rt.request_limiter.admit(caller)  # RateLimited: 429 with Retry-After (web/errors.py)
         return None

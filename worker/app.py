@@ -27,6 +27,7 @@ from worker.beat import beat_settings
 from worker.context import worker_runtime
 from worker.logs import connect_task_context
 from worker.metrics import connect_task_signals
+from worker.tracing import connect_tracing_signals
 
 # Hard limit of an LLM-bound task; the broker's visibility timeout must exceed it.
 LLM_TASK_TIME_LIMIT_S = 300
@@ -122,4 +123,5 @@ def make_celery(settings: Settings, *, endpoints: Endpoints | None = None) -> Ce
     # Celery's signals are process-wide; both connect once however many apps are made.
     connect_task_signals()
     connect_task_context()
+    connect_tracing_signals()
     return app

@@ -6,16 +6,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from contextlib import nullcontext, suppress
+from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import replace
 
 from celery import Celery, Task
+from opentelemetry.trace import Span
 from redis.exceptions import RedisError
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from shared.bootstrap import Runtime
-from shared.infra import fleet_trial
+from shared.infra import fleet_trial, tracing
 from shared.infra.fair import LANES, FairJob, FairQueue, Lane
 from shared.infra.queue import LLM_BULK_QUEUE, LLM_QUEUE, Job, ticket
 from shared.llm.ratelimit import RateLimited
@@ -71,7 +72,9 @@ def serve_next(
             started = time.time()
             serving(task, job.task)
             try:
-                outcome = _run(fair, lane, job, turn.trial, jobs[job.task], task, run)
+                with _job_span(job, lane, started) as span:
+                    outcome = _run(fair, lane, job, turn.trial, jobs[job.task], task, run)
+                    span.set_attribute("driftless.job.outcome", outcome)
             except RateLimited as exc:  # back in its org's list, marked queued again
                 wait_s = exc.retry_after_s
                 continue
@@ -103,6 +106,25 @@ def serve_next(
     if wait_s <= 0 or fair.park(lane, wait_s=wait_s):
         runtime.queue.send(replace(ticket(lane), countdown=wait_s or None))
     return "waiting"
+
+
+# The span of a model job popped from its org's list (docs/contract.md, "Traces"): a child
+# of the enqueue that pushed it, in the request's trace, linked to the ticket's task.
+MODEL_JOB_SPAN = "driftless.model_job"
+
+
+def _job_span(job: FairJob, lane: Lane, started: float) -> AbstractContextManager[Span]:
+    """What the job did, and how long it waited in the ring (`driftless.fair.wait_ms`:
+    from its push to this pop, its org's turn and its ticket's wait in the broker)."""
+    attributes = {
+        "driftless.job.task": job.task,
+        "driftless.job.lane": lane,
+        "driftless.fair.wait_ms": round(max(0.0, started - job.pushed_at) * 1000, 1),
+        tracing.ORG_ID: job.org,
+    }
+    if isinstance(job.kwargs.get("topic_id"), str):
+        attributes["driftless.topic_id"] = job.kwargs["topic_id"]
+    return tracing.continued(job.trace, MODEL_JOB_SPAN, expected=(RateLimited,), **attributes)
 
 
 def _done(runtime: Runtime, lane: Lane, job: FairJob, runner: str) -> None:

@@ -35,6 +35,7 @@ from shared.llm.openai_provider import (
     failure_reason,
     http_client,
 )
+from shared.llm.telemetry import OPENAI, model_call
 from shared.providers.per_org import OrgClients, OwnModelUnavailable
 from shared.providers.pinning import PinnedBackend
 from shared.providers.service import OrgModel
@@ -138,13 +139,17 @@ class OpenAIEmbedder:
     ) -> list[list[float]]:
         # One deadline for the whole call, every request and retry, wherever the connections
         # keep to it (an org's own server: shared/infra/deadline.py).
-        with attempt_deadline(self.timeout_s if timeout_s is None else timeout_s):
+        with (
+            model_call("embeddings", provider=OPENAI, model=self.model, org_id=org_id) as span,
+            attempt_deadline(self.timeout_s if timeout_s is None else timeout_s),
+        ):
+            span.set_attribute("driftless.embeddings.texts", len(texts))
             vectors: list[list[float]] = []
             for start in range(0, len(texts), self.max_batch):
                 batch = list(texts[start : start + self.max_batch])
                 vectors += self._batch(batch, timeout_s, dimensions or self.dimensions)
-        if len({len(vector) for vector in vectors}) > 1:
-            raise InvalidVectors("the answers' vectors are of different lengths")
+            if len({len(vector) for vector in vectors}) > 1:
+                raise InvalidVectors("the answers' vectors are of different lengths")
         return vectors
 
     def close(self) -> None:
@@ -228,7 +233,7 @@ class OrgRoutedEmbedder:
 
         # A bad answer is checked inside the org's call, so its breaker counts it.
         def call(embedder: OpenAIEmbedder) -> list[list[float]]:
-            return embedder.embed(texts, timeout_s=timeout_s, dimensions=dimensions)
+            return embedder.embed(texts, org_id=org_id, timeout_s=timeout_s, dimensions=dimensions)
 
         try:
             return self.orgs.call(org_id, self.fleet, call)

@@ -218,6 +218,10 @@ class FairJob:
     kwargs: dict[str, Any]
     org: str = FLEET
     pushed_at: float = field(default_factory=time.time)
+    # The trace it belongs to (W3C traceparent, tracestate; empty when not traced): the job
+    # waits here, where no message header goes, and the span that runs it continues the
+    # trace of the request that caused it (shared/infra/tracing.py).
+    trace: dict[str, str] = field(default_factory=dict)
 
     @property
     def subject(self) -> str:
@@ -230,8 +234,9 @@ class FairJob:
     @classmethod
     def decode(cls, raw: str | bytes) -> FairJob:
         data = json.loads(raw)
+        # A job pushed before traces were carried has none.
         return cls(task=data["task"], kwargs=data["kwargs"], org=data["org"],
-                   pushed_at=float(data["pushed_at"]))  # fmt: skip
+                   pushed_at=float(data["pushed_at"]), trace=data.get("trace") or {})  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from shared.infra import tracing
 from shared.infra.fair import FLEET, FairJob, FairQueue, Lane, subject_of
 from shared.infra.held import HeldJobs
 from shared.infra.metrics import JOBS_ENQUEUED, JOBS_SEND_FAILED
@@ -147,6 +148,24 @@ class TaskSender(Protocol):
     ) -> Any: ...
 
 
+# The span of a job handed on (docs/contract.md, "Traces"): to its org's list and a ticket
+# (`driftless.job.via` "ring"), or to the broker as itself ("broker").
+ENQUEUE_SPAN = "driftless.enqueue"
+
+
+def _enqueue_attributes(job: Job, *, fair: bool) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        "driftless.job.task": job.task,
+        "driftless.job.lane": job.lane,
+        "driftless.job.via": "ring" if fair else "broker",
+    }
+    if job.org is not None:
+        attributes[tracing.ORG_ID] = job.org
+    if job.countdown:
+        attributes["driftless.job.countdown_s"] = float(job.countdown)
+    return attributes
+
+
 def ticket(lane: Lane) -> Job:
     """The broker's half of a model job waiting its org's turn, in the lane's queue."""
     return Job(NEXT_MODEL_JOB, {"lane": lane}, lane=lane)
@@ -167,20 +186,26 @@ class CeleryJobQueue:
         self._held = None if fair is None else HeldJobs(fair.client)
 
     def send(self, job: Job) -> None:
-        try:
-            if self._fair is not None and job.task in MODEL_TASKS and not job.countdown:
-                self._fair.push(job.lane, FairJob(job.task, job.kwargs, job.org or FLEET))
-                self._send(ticket(job.lane))
-            else:
-                self._send(job)
-                if self._held is not None and job.task in MODEL_TASKS and job.countdown:
-                    self._held.sent_delayed(subject_of(job.task, job.kwargs), job.countdown)
-        except Exception:
-            JOBS_SEND_FAILED.labels(job.task).inc()
-            raise
+        fair = self._fair if job.task in MODEL_TASKS and not job.countdown else None
+        with tracing.tracer.start_as_current_span(
+            ENQUEUE_SPAN, attributes=_enqueue_attributes(job, fair=fair is not None)
+        ):
+            try:
+                if fair is not None:
+                    waiting = FairJob(job.task, job.kwargs, job.org or FLEET,
+                                      trace=tracing.carrier())  # fmt: skip
+                    fair.push(job.lane, waiting)
+                    self._send(ticket(job.lane))
+                else:
+                    self._send(job)
+                    if self._held is not None and job.task in MODEL_TASKS and job.countdown:
+                        self._held.sent_delayed(subject_of(job.task, job.kwargs), job.countdown)
+            except Exception:
+                JOBS_SEND_FAILED.labels(job.task).inc()
+                raise
         JOBS_ENQUEUED.labels(job.task).inc()
 
-    def _send(self, job: Job) -> None:
+    def _send(self, job: Job) -> None:  # Celery's publish span is the enqueue's child
         # Live jobs go where TASK_ROUTES sends their task; only the bulk lane overrides it.
         options = {"queue": LLM_BULK_QUEUE} if job.lane == "bulk" else {}
         self._app.send_task(

@@ -12,7 +12,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from shared.llm.accounting import account
@@ -20,6 +20,7 @@ from shared.llm.base import CallListener, Completion, DriftRequest, LLMCall, Sum
 from shared.llm.local_drift import DEFAULT_DRIFT_THRESHOLDS, find_new_subject
 from shared.llm.local_drift import DriftThresholds as DriftThresholds  # re-exported
 from shared.llm.prompts import drift_messages, summary_messages
+from shared.llm.telemetry import LOCAL, answered, model_call
 from shared.llm.text import (
     STOPWORDS,
     clip,
@@ -281,18 +282,35 @@ class LocalProvider:
 
     def summarize(self, request: SummaryRequest) -> Completion:
         """Title, summary and include_in_memory, extracted from the topic's own sentences."""
-        started = time.perf_counter()
-        answer = summarize_locally(request)
-        return _completion(
-            answer, summary_messages(request), purpose="summarize", org_id=request.org_id,
-            started=started, listener=self.on_call,
+        return self._answer(
+            "summarize", request.org_id,
+            lambda: summarize_locally(request), lambda: summary_messages(request),
         )  # fmt: skip
 
     def detect_drift(self, request: DriftRequest) -> Completion:
         """{drift, first_message_id, new_title} from discourse cues and word overlap."""
-        started = time.perf_counter()
-        answer = detect_drift_locally(request, self.drift_thresholds)
-        return _completion(
-            answer, drift_messages(request), purpose="detect_drift", org_id=request.org_id,
-            started=started, listener=self.on_call,
+        return self._answer(
+            "detect_drift", request.org_id,
+            lambda: detect_drift_locally(request, self.drift_thresholds),
+            lambda: drift_messages(request),
         )  # fmt: skip
+
+    def _answer(
+        self,
+        purpose: str,
+        org_id: uuid.UUID | None,
+        answer: Callable[[], dict[str, object]],
+        prompt: Callable[[], list[dict[str, str]]],
+    ) -> Completion:
+        """One call, traced as a real provider's (so a trace shows where a summary came
+        from whichever provider made it) and counted as one."""
+        with model_call(
+            "chat", provider=LOCAL, model=LOCAL_MODEL, org_id=org_id, purpose=purpose
+        ) as span:
+            started = time.perf_counter()
+            completion = _completion(
+                answer(), prompt(), purpose=purpose, org_id=org_id, started=started,
+                listener=self.on_call,
+            )  # fmt: skip
+            answered(span, usage=completion.usage, model=completion.model)
+            return completion

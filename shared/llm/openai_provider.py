@@ -35,6 +35,7 @@ from shared.llm.base import (
     Usage,
 )
 from shared.llm.prompts import drift_messages, summary_messages
+from shared.llm.telemetry import OPENAI, answered, model_call
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +185,17 @@ class OpenAIProvider:
         self.close()
 
     def _complete(
+        self, messages: list[dict[str, str]], *, purpose: str, org_id: uuid.UUID | None
+    ) -> Completion:
+        with model_call(
+            "chat", provider=OPENAI, model=self.model, org_id=org_id, purpose=purpose,
+            own_model=self.own_model,
+        ) as span:  # fmt: skip
+            completion = self._call(messages, purpose=purpose, org_id=org_id)
+            answered(span, usage=completion.usage, model=completion.model)
+            return completion
+
+    def _call(
         self, messages: list[dict[str, str]], *, purpose: str, org_id: uuid.UUID | None
     ) -> Completion:
         started = time.perf_counter()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event
+import sqlalchemy
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
@@ -45,7 +46,10 @@ def make_engine(
     """
     # Safe behind PgBouncer in transaction mode: psycopg2 binds parameters client-side
     # (no server-side prepared statements) and the code uses no session state.
-    engine = create_engine(
+    # Through the module, not a name imported before traces were on: the instrumentation
+    # traces the engines its wrapper of `sqlalchemy.create_engine` makes
+    # (shared/infra/tracing.py).
+    engine = sqlalchemy.create_engine(
         sqlalchemy_url(database_url),
         pool_size=pool_size,
         max_overflow=max_overflow,
