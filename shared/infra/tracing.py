@@ -192,18 +192,22 @@ def _instrument(provider: TracerProvider) -> list[Any]:
     shared/infra/db/engine.py), every Redis command (its arguments as `?`), every HTTP
     call of httpx and httpx2 (a webhook delivery, a model's; with `traceparent`)."""
     from opentelemetry.instrumentation.celery import CeleryInstrumentor
-    from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+    from opentelemetry.instrumentation.httpx import (
+        HTTPX2ClientInstrumentor,
+        HTTPXClientInstrumentor,
+    )
     from opentelemetry.instrumentation.redis import RedisInstrumentor
     from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
 
     instrumentors: list[Any] = []
     for instrumentor, options in (
-        (CeleryInstrumentor(), {}),
+        (CeleryInstrumentor(), {}),  # type: ignore[no-untyped-call, unused-ignore]
         # Its declared range ends below SQLAlchemy 2.1; the engine events it listens to
         # are unchanged there (tests/tracing/ sees the statements' spans).
         (SQLAlchemyInstrumentor(), {"skip_dep_check": True, "enable_commenter": False}),
         (RedisInstrumentor(), {}),
-        (HTTPXClientInstrumentor(), {"request_hook": _origin_only}),
+        (HTTPXClientInstrumentor(), {"request_hook": _origin_only}),  # webhooks
+        (HTTPX2ClientInstrumentor(), {"request_hook": _origin_only}),  # openai's client
     ):
         instrumentor.instrument(tracer_provider=provider, **options)
         instrumentors.append(instrumentor)
@@ -217,7 +221,7 @@ def trace_app(app: Any) -> None:
         return
     from opentelemetry.instrumentation.flask import FlaskInstrumentor
 
-    FlaskInstrumentor.instrument_app(
+    FlaskInstrumentor.instrument_app(  # type: ignore[no-untyped-call, unused-ignore]
         app,
         tracer_provider=_active.provider,
         excluded_urls=os.environ.get("OTEL_PYTHON_FLASK_EXCLUDED_URLS", EXCLUDED_URLS),

@@ -2,9 +2,9 @@
 real Celery worker (a thread, on the real broker) both run, so that every span of a turn,
 the request's and the worker's, lands in one list.
 
-OpenTelemetry's provider is the process's, set once: this package starts tracing before it
-builds its app, worker and engines (the instrumentation traces engines made after it), and
-stops it (the instrumentations removed) when the package ends.
+OpenTelemetry's provider is the process's: this package starts tracing before it builds its
+app, worker and engines (the instrumentation traces engines made after it), and stops it
+(the instrumentations removed, the provider forgotten) when the package ends.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 from celery import Celery
 from flask.testing import FlaskClient
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.util._once import Once
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.infra import tracing
@@ -34,6 +36,17 @@ def exporter() -> Iterator[InMemorySpanExporter]:
         yield exporter
     finally:
         tracing.stop()
+        _forget_the_provider()
+
+
+def _forget_the_provider() -> None:
+    """The API lets a process set its provider once; the tests after this package run as
+    an untraced process does, so the global goes back to the API's proxy, as
+    opentelemetry-test-utils' reset_trace_globals does."""
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    trace._TRACER_PROVIDER = None
+    # The module's proxy resolved to the stopped provider's tracer: a new, unresolved one.
+    tracing.tracer = trace.get_tracer("driftless")
 
 
 @dataclass(frozen=True)
