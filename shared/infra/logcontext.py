@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
 
+from opentelemetry import trace
+
 FIELDS = ("request_id", "task_id", "topic_id")
 
 _VARIABLES: dict[str, ContextVar[str | None]] = {
@@ -59,10 +61,19 @@ def current() -> dict[str, str]:
     return {name: value for name, value in values.items() if value is not None}
 
 
+# The trace a line was written in, when traced (shared/infra/tracing.py): a line leads to its
+# trace and a trace to its lines, across the web and the worker.
+TRACE_ID = "trace_id"
+
+
 class LogContextFilter(logging.Filter):
-    """Copies the bound ids onto each record (attributes absent when nothing is bound)."""
+    """Copies the bound ids onto each record (attributes absent when nothing is bound), and
+    the id of the sampled trace it was written in, if any."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         for name, value in current().items():
             setattr(record, name, value)
+        span = trace.get_current_span().get_span_context()
+        if span.is_valid and span.trace_flags.sampled:
+            setattr(record, TRACE_ID, trace.format_trace_id(span.trace_id))
         return True

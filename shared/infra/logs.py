@@ -2,8 +2,8 @@
 
 One handler on the root logger, writing to stderr: JSON lines (LOG_FORMAT=json, the
 default, for log shippers) or plain text (LOG_FORMAT=text, for humans). Either way each
-line carries the ids bound in `shared.infra.logcontext` (request_id, task_id, topic_id). The
-level comes from LOG_LEVEL (default INFO).
+line carries the ids bound in `shared.infra.logcontext` (request_id, task_id, topic_id, and
+trace_id when traced). The level comes from LOG_LEVEL (default INFO).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class TextFormatter(logging.Formatter):
         line = super().formatMessage(record)
         ids = " ".join(
             f"{name}={getattr(record, name)}"
-            for name in logcontext.FIELDS
+            for name in (*logcontext.FIELDS, logcontext.TRACE_ID)
             if getattr(record, name, None) is not None
         )
         return f"{line} [{ids}]" if ids else line

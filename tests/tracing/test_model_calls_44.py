@@ -3,7 +3,9 @@ GenAI conventions over httpx2's own span of the HTTP call, with no prompt or ans
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import uuid
 from contextlib import AbstractContextManager
 
@@ -14,6 +16,7 @@ from opentelemetry.trace import Span, SpanKind, StatusCode
 
 from shared.embeddings.provider import OpenAIEmbedder
 from shared.infra import tracing
+from shared.infra.logs import configure_logging
 from shared.llm.base import LLMError, SummaryRequest, TranscriptLine
 from shared.llm.openai_provider import OpenAIProvider
 from tests.llm_server import FakeOpenAI, Reply
@@ -106,3 +109,17 @@ def test_44_an_embeddings_call_is_a_genai_span_with_its_count_of_texts(
     assert attributes["driftless.org_id"] == str(org)
     assert _child(spans, call).name == "POST"
     assert all(PROMPT_WORDS not in s.to_json() for s in spans)
+
+
+def test_44_a_log_line_written_in_a_trace_names_it(exporter: InMemorySpanExporter) -> None:
+    stream = io.StringIO()
+    handler = configure_logging("json", stream=stream)
+    try:
+        with a_task() as span:
+            logging.getLogger("driftless.test").warning("inside")
+        logging.getLogger("driftless.test").warning("outside")
+    finally:
+        logging.getLogger().removeHandler(handler)
+    inside, outside = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert inside["trace_id"] == f"{span.get_span_context().trace_id:032x}"
+    assert "trace_id" not in outside
