@@ -8,15 +8,19 @@ tests/integration/operations/test_dashboard_metrics.py.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import yaml
 
+from shared.infra import tracing
+from shared.infra.queue import ENQUEUE_SPAN, TASK_ROUTES
 from tests.dashboards import (
     ALERTS,
     DASHBOARD,
@@ -28,6 +32,7 @@ from tests.dashboards import (
     panels,
     rule_expressions,
 )
+from worker.fair import MODEL_JOB_SPAN
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SEVERITIES = {"warning", "critical"}
@@ -84,6 +89,58 @@ def test_the_dashboards_panels_have_unique_ids_and_do_not_overlap() -> None:
 def test_the_dashboard_has_a_row_for_webhooks_and_one_for_reevaluation_campaigns() -> None:
     rows = {panel["title"] for panel in panels(load_dashboard()) if panel["type"] == "row"}
     assert {"Webhook deliveries", "Re-evaluation campaigns"} <= rows
+
+
+# --- links to traces ----------------------------------------------------------------------
+
+JAEGER_SEARCH = "${jaeger_url}/search?"
+# What a link may search on: our processes, the spans named in docs/contract.md
+# ("Traces"), and the attributes they carry (`error`: Jaeger's tag for an error status).
+TRACED_SERVICES = {tracing.SERVICE_WEB, tracing.SERVICE_WORKER, tracing.SERVICE_BEAT}
+SPAN_NAMES = {MODEL_JOB_SPAN, ENQUEUE_SPAN, *(f"run/{task}" for task in TASK_ROUTES)}
+SPAN_TAGS = {tracing.ORG_ID, "driftless.job.lane", "gen_ai.operation.name", "error"}
+
+
+def _trace_links(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
+    """(where, url) of every link: the dashboard's, each panel's and its series' data links."""
+    found = [("dashboard", str(link["url"])) for link in dashboard.get("links", [])]
+    for panel in panels(dashboard):
+        data_links = panel.get("fieldConfig", {}).get("defaults", {}).get("links", [])
+        found += [(panel["title"], str(link["url"])) for link in panel.get("links", [])]
+        found += [(panel["title"], str(link["url"])) for link in data_links]
+    return found
+
+
+def test_44_panels_link_to_jaeger_searches_through_a_variable() -> None:
+    dashboard = load_dashboard()
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    jaeger = variables["jaeger_url"]
+    assert jaeger["type"] in {"textbox", "constant"}
+    assert jaeger["query"] == jaeger["current"]["value"] == "http://localhost:16686"
+    searches = []
+    for where, url in _trace_links(dashboard):
+        assert url.startswith(JAEGER_SEARCH), (where, url)
+        # Every variable a link names is the dashboard's, or one of Grafana's own.
+        for name in re.findall(r"\$\{(\w+)", url):
+            assert name in variables or name.startswith("__"), (where, name)
+        query = {key: values[0] for key, values in parse_qs(urlsplit(url).query).items()}
+        assert query["service"] in TRACED_SERVICES, where
+        assert query.get("operation", MODEL_JOB_SPAN) in SPAN_NAMES, (where, query)
+        tags = json.loads(query.get("tags", "{}"))
+        assert set(tags) <= SPAN_TAGS, (where, tags)
+        # The dashboard's time range, in the microseconds Jaeger takes.
+        assert (query["start"], query["end"]) == ("${__from}000", "${__to}000"), where
+        searches.append((query["service"], query.get("operation"), tags))
+    assert (tracing.SERVICE_WEB, None, {}) in searches
+    assert (tracing.SERVICE_WORKER, MODEL_JOB_SPAN, {}) in searches
+    assert any(tags.get(tracing.ORG_ID, "").startswith("${org_id") for _, _, tags in searches)
+
+
+def test_44_a_panel_with_trace_links_says_they_are_searches_not_its_traces() -> None:
+    linked = [panel for panel in panels(load_dashboard()) if panel.get("links")]
+    assert len(linked) >= 5
+    for panel in linked:
+        assert "no exemplars" in panel["description"], panel["title"]
 
 
 # --- the alert rules -----------------------------------------------------------------

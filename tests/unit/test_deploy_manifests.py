@@ -33,6 +33,12 @@ KUBERNETES_VERSIONS = ("1.33", "1.37")
 EXAMPLE_SECRET = "secret.example.yaml"
 # Read by the processes or by KEDA, though not settings of shared/infra/config.py.
 OTHER_VARIABLES = {"PROMETHEUS_MULTIPROC_DIR", "LOG_LEVEL", "REDIS_PASSWORD"}
+# OpenTelemetry's own, read by its SDK (shared/infra/tracing.py): compose passes them
+# through from the shell, empty meaning off (tests/unit/test_deploy_tracing_44.py).
+TRACING_VARIABLES = {
+    "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG", "OTEL_RESOURCE_ATTRIBUTES",
+}  # fmt: skip
 # The Procfile's name of each process, from the workload's component label. The
 # Procfile's one `worker` (docs/contract.md: all queues) runs as one Deployment per queue, so
 # each queue scales on its own length.
@@ -467,7 +473,7 @@ def test_compose_environment_is_valid_for_every_process() -> None:
         if service.get("image") != "driftless:local":
             continue
         environment = {k: _compose_value(str(v)) for k, v in service["environment"].items()}
-        assert set(environment) - set(ENVIRONMENT) <= OTHER_VARIABLES, name
+        assert set(environment) - set(ENVIRONMENT) <= OTHER_VARIABLES | TRACING_VARIABLES, name
         load_settings(environment)
         if _is_worker(service["command"]) and _queues(service["command"]) <= GREEN_QUEUES:
             concurrency = int(_option(service["command"], "--concurrency"))
