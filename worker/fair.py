@@ -82,7 +82,8 @@ def serve_next(
                 log.warning(
                     "%s %s: database unavailable, sent back", job.task, job.kwargs, exc_info=True
                 )
-                _send_back(runtime, lane, job, countdown=RETRY_AFTER_S)  # marked held there
+                with tracing.resumed(job.trace):  # the retry stays in the request's trace
+                    _send_back(runtime, lane, job, countdown=RETRY_AFTER_S)  # marked held there
                 _done(runtime, lane, job, run)
                 return "retry"
             except Exception:

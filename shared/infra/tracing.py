@@ -309,6 +309,20 @@ def continued(
             raise
 
 
+@contextmanager
+def resumed(headers: Mapping[str, str] | None) -> Iterator[None]:
+    """Work done for a job outside its span (sent back to the broker after its span ended)
+    stays in the job's trace: the carried context is current for the block."""
+    if not headers:
+        yield
+        return
+    token = otel_context.attach(propagate.extract(dict(headers)))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
 def failed(span: trace.Span, exc: BaseException) -> None:
     """The span ended in `exc`: its class, not its message, which may quote what a model
     answered."""

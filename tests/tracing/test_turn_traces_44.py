@@ -7,17 +7,21 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
+from sqlalchemy.exc import OperationalError
 
+from shared.infra import tracing
+from shared.infra.fair import FairJob
 from shared.infra.queue import ENQUEUE_SPAN, EVALUATE_TOPIC, SUMMARIZE_TOPIC
 from shared.llm.local_provider import LOCAL_MODEL
 from tests.helpers import new_session, post_message, wait_for
 from tests.tracing.conftest import Traced
 from tests.webhook_receiver import Receiver
-from worker.fair import MODEL_JOB_SPAN
+from worker.fair import MODEL_JOB_SPAN, RETRY_AFTER_S, serve_next
 
 SCOPE = "agentId=agent-1&userId=user-1"
 
@@ -213,3 +217,32 @@ def test_44_no_span_holds_what_was_posted_a_summary_or_a_key(traced: Traced) -> 
     for secret in ("Quillwort", "marzipan", "Zebulon_Quince", "Axolotlbert", token, summary):
         leaks = [json.loads(s)["name"] for s in exported if secret in s]
         assert not leaks, f"{secret!r} is in spans {leaks}"
+
+
+def test_44_a_job_sent_back_after_a_database_blip_stays_in_its_trace(traced: Traced) -> None:
+    """The job's span has ended when it is sent back to the broker to wait out the blip:
+    the resend is still the request's (the bulk lane: no ticket of another test pops it)."""
+    runtime = traced.celery.driftless
+    topic_id = str(uuid.uuid4())
+    with tracing.tracer.start_as_current_span("a request") as request:
+        job = FairJob(SUMMARIZE_TOPIC, {"topic_id": topic_id, "trigger": "close"}, "org-blip",
+                      trace=tracing.carrier())  # fmt: skip
+    runtime.fair.push("bulk", job)
+
+    def blip(_app: Any, **_kwargs: Any) -> str:
+        raise OperationalError("SELECT 1", {}, Exception("the server closed the connection"))
+
+    ticket = SimpleNamespace(app=traced.celery, request=SimpleNamespace(id=None))
+    outcome = serve_next(ticket, "bulk", {SUMMARIZE_TOPIC: blip}, on_failure=lambda _job: None)  # type: ignore[arg-type]
+
+    assert outcome == "retry"
+    spans = _trace(traced, request.get_span_context().trace_id)
+    resend = _the(
+        list(spans.values()), "the resend",
+        lambda s: s.name == ENQUEUE_SPAN
+        and (s.attributes or {}).get("driftless.job.via") == "broker",
+    )  # fmt: skip
+    assert (resend.attributes or {})["driftless.job.countdown_s"] == RETRY_AFTER_S
+    job_span = _the(list(spans.values()), "the job", lambda s: s.name == MODEL_JOB_SPAN)
+    assert job_span.status.status_code == StatusCode.ERROR
+    assert (job_span.attributes or {})["error.type"] == "OperationalError"
