@@ -8,18 +8,18 @@ transaction counts nothing and a retried one counts once.
 A counter whose label values are a known, finite set (statuses, outcomes) starts each
 series at 0 (`at_zero`, with the table of values beside it): a series that appears with
 its first event has no rate until its second, so its dashboard panel says "No data" and
-an alert on `increase()` misses that first event. Counters labelled by org or by model
-are not: their values are open-ended.
+an alert on `increase()` misses that first event. Counters labelled by model are not:
+their values are open-ended.
 
-No label takes a value a tenant chooses (a model name, an agent id, a query): each value
-is a series in every scrape, for as long as the process lives. The model label is the
+No label takes a value a tenant chooses (a model name, an agent id, a query) or names a
+tenant (an org's id: one tenant's work is in its traces, shared/infra/tracing.py): each
+value is a series in every scrape, for as long as the process lives. The model label is the
 fleet's DRIFTLESS_LLM_MODEL (or `local`), or OWN_MODEL for any org's own.
 """
 
 from __future__ import annotations
 
 import itertools
-import uuid
 from collections.abc import Iterable, Sequence
 
 from prometheus_client import Counter, Histogram
@@ -54,24 +54,11 @@ LLM_TOKENS = Counter(
     "Tokens of answered LLM calls by model, purpose and kind (prompt, completion)",
     ["model", "purpose", "kind"],
 )
-# Per org: what operators bill or cap by. One series per org, model and outcome (or kind):
-# fine for hundreds of orgs; GET /agents-api/usage answers the same from PostgreSQL.
-LLM_ORG_CALLS = Counter(
-    "driftless_llm_org_calls_total",
-    "LLM calls by org (the label is the org's id, a UUID), model and outcome (ok, error)",
-    ["org", "model", "outcome"],
-)
-LLM_ORG_TOKENS = Counter(
-    "driftless_llm_org_tokens_total",
-    "Tokens of answered LLM calls by org (the label is the org's id, a UUID), model and"
-    " kind (prompt, completion)",
-    ["org", "model", "kind"],
-)
+# No org label: orgs are unbounded, and what an org used is the ledger's to say
+# (GET /agents-api/usage, from PostgreSQL), what it did its traces' (driftless.org_id).
 # The model label of a call to an org's own model (PUT /agents-api/provider), whatever
 # its name: an org may name a new model on every call it configures.
 OWN_MODEL = "own"
-# The org label of a call made for no topic (a benchmark calling the provider itself).
-NO_ORG = "none"
 # From a local server's milliseconds to a slow provider's minutes (the task limit is 300 s).
 LLM_SECONDS = Histogram(
     "driftless_llm_call_seconds",
@@ -205,7 +192,6 @@ WEBHOOK_ATTEMPT_SECONDS = Histogram(
 
 def record_llm_call(
     *,
-    org: uuid.UUID | None,
     model: str,
     purpose: str,
     seconds: float,
@@ -213,18 +199,13 @@ def record_llm_call(
     completion_tokens: int = 0,
     failed: bool = False,
 ) -> None:
-    """One LLM call: its outcome, its latency and (when answered) its tokens, overall
-    and for the org it was made for."""
+    """One LLM call: its outcome, its latency and (when answered) its tokens."""
     outcome = "error" if failed else "ok"
-    org_label = str(org) if org is not None else NO_ORG
     LLM_CALLS.labels(model, purpose, outcome).inc()
-    LLM_ORG_CALLS.labels(org_label, model, outcome).inc()
     LLM_SECONDS.labels(model, purpose).observe(seconds)
     if not failed:
         LLM_TOKENS.labels(model, purpose, "prompt").inc(prompt_tokens)
         LLM_TOKENS.labels(model, purpose, "completion").inc(completion_tokens)
-        LLM_ORG_TOKENS.labels(org_label, model, "prompt").inc(prompt_tokens)
-        LLM_ORG_TOKENS.labels(org_label, model, "completion").inc(completion_tokens)
 
 
 # --- counting what a transaction did, once it committed ------------------------------

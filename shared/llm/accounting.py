@@ -7,12 +7,11 @@ from shared.llm.base import CallListener, LLMCall
 
 
 def account(call: LLMCall, *, seconds: float, listener: CallListener | None) -> None:
-    """Count `call` in the metrics (by model and purpose, and by org), then hand it to
+    """Count `call` in the metrics (by model and purpose), then hand it to
     `listener`: right after the call, so a call the provider counted is recorded even
     when the caller's own write fails later. An org's own model is counted as OWN_MODEL:
     a label's values must stay few, and its name is the org's to choose."""
     record_llm_call(
-        org=call.org_id,
         model=OWN_MODEL if call.own_model else call.model,
         purpose=call.purpose,
         seconds=seconds,

@@ -131,9 +131,8 @@ def test_every_known_series_is_at_zero_before_any_event(
 def test_open_ended_labels_are_not_made_up(
     fresh_worker_scrape: dict[str, list[dict[str, str]]],
 ) -> None:
-    # Orgs and models are whatever the system meets: no series until one is met.
-    for name in ("driftless_llm_calls_total", "driftless_llm_org_calls_total"):
-        assert name not in fresh_worker_scrape
+    # Models are whatever the system meets: no series until one is met.
+    assert "driftless_llm_calls_total" not in fresh_worker_scrape
 
 
 def test_the_tables_hold_every_value_the_code_counts() -> None:

@@ -176,12 +176,13 @@ def test_an_orgs_own_model_name_is_no_metric_label_41(
     chosen = f"secret-project-{uuid.uuid4().hex}"
     org = new_org(session_factory, server=servers[0], model=chosen)
     llm = _routed(llm_settings, session_factory)
-    own = {"org": str(org), "model": OWN_MODEL, "outcome": "ok"}
-    before = REGISTRY.get_sample_value("driftless_llm_org_calls_total", own) or 0.0
+    own = {"model": OWN_MODEL, "purpose": "summarize", "outcome": "ok"}
+    before = REGISTRY.get_sample_value("driftless_llm_calls_total", own) or 0.0
 
     assert _summarize(llm, org) == chosen
 
     exported = generate_latest(REGISTRY).decode()
     assert chosen not in exported
-    assert REGISTRY.get_sample_value("driftless_llm_org_calls_total", own) == before + 1
+    assert REGISTRY.get_sample_value("driftless_llm_calls_total", own) == before + 1
+    assert str(org) not in exported  # no metric names an org (its traces do)
     assert [row[0] for row in rows_of(session_factory, org)] == [chosen]  # the ledger keeps it

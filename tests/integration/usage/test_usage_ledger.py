@@ -105,9 +105,8 @@ def test_the_local_providers_calls_are_charged_under_its_model_and_match_the_aud
     ledger: UsageLedger,
 ) -> None:
     org_id, tid = conversation(client, auth)
-    calls_before = sample(
-        "driftless_llm_org_calls_total", org=str(org_id), model=LOCAL_MODEL, outcome="ok"
-    )
+    labels = {"model": LOCAL_MODEL, "purpose": "summarize", "outcome": "ok"}
+    calls_before = sample("driftless_llm_calls_total", **labels)
 
     summarize_topic(
         new_uow=new_uow, llm=LocalProvider(on_call=ledger), topic_id=uuid.UUID(tid),
@@ -120,10 +119,7 @@ def test_the_local_providers_calls_are_charged_under_its_model_and_match_the_aud
     assert (model, purpose, outcome) == (LOCAL_MODEL, "summarize", "ok")
     assert (prompt, completion) == (audit.prompt_tokens, audit.completion_tokens)
     assert prompt > 0 and completion > 0
-    assert (
-        sample("driftless_llm_org_calls_total", org=str(org_id), model=LOCAL_MODEL, outcome="ok")
-        == calls_before + 1
-    )
+    assert sample("driftless_llm_calls_total", **labels) == calls_before + 1
 
 
 def test_each_attempt_of_the_rate_limiters_retries_is_a_call_of_its_own(
@@ -164,8 +160,8 @@ def test_a_ledger_that_cannot_write_never_fails_the_summary(
     org_id, tid = conversation(client, auth)
     down = make_engine("postgresql://nobody@127.0.0.1:1/none", pool_size=1, max_overflow=0)
     broken = UsageLedger(lambda: UnitOfWork(make_session_factory(down), RecordingQueue()))
-    labels = {"org": str(org_id), "model": LOCAL_MODEL, "outcome": "ok"}
-    calls_before = sample("driftless_llm_org_calls_total", **labels)
+    labels = {"model": LOCAL_MODEL, "purpose": "summarize", "outcome": "ok"}
+    calls_before = sample("driftless_llm_calls_total", **labels)
 
     with caplog.at_level(logging.WARNING, logger="shared.usage.service"):
         outcome = summarize_topic(
@@ -180,7 +176,7 @@ def test_a_ledger_that_cannot_write_never_fails_the_summary(
     assert any("could not record a summarize call" in r.getMessage() for r in caplog.records)
     assert rows_of(session_factory, org_id) == []
     # The metrics still counted the call: it was made.
-    assert sample("driftless_llm_org_calls_total", **labels) == calls_before + 1
+    assert sample("driftless_llm_calls_total", **labels) == calls_before + 1
 
 
 def all_rows(factory: sessionmaker[Session]) -> int:
@@ -192,12 +188,12 @@ def test_a_call_made_for_no_topic_is_counted_but_charged_to_no_org(
     session_factory: sessionmaker[Session], ledger: UsageLedger
 ) -> None:
     rows_before = all_rows(session_factory)
-    labels = {"org": "none", "model": LOCAL_MODEL, "outcome": "ok"}
-    calls_before = sample("driftless_llm_org_calls_total", **labels)
+    labels = {"model": LOCAL_MODEL, "purpose": "summarize", "outcome": "ok"}
+    calls_before = sample("driftless_llm_calls_total", **labels)
     request = SummaryRequest(lines=[TranscriptLine(id=1, role="user", content="We ship Friday.")])
 
     LocalProvider(on_call=ledger).summarize(request)
     ledger(LLMCall(org_id=None, model="m", purpose="summarize", failed=False, usage=Usage(1, 1)))
 
     assert all_rows(session_factory) == rows_before
-    assert sample("driftless_llm_org_calls_total", **labels) == calls_before + 1
+    assert sample("driftless_llm_calls_total", **labels) == calls_before + 1

@@ -26,18 +26,25 @@ def system(settings: Settings, fake_openai_server: FakeOpenAI) -> Iterator[Syste
         yield running
 
 
-def org_counters(org_id: str) -> dict[str, float]:
-    """The org's call and token counters (a new org's start at nothing)."""
+def counters() -> dict[str, float]:
+    """The model's call and token counters (this module's model alone: its tests take the
+    difference)."""
     samples = {
-        "calls ok": ("driftless_llm_org_calls_total", {"outcome": "ok"}),
-        "calls error": ("driftless_llm_org_calls_total", {"outcome": "error"}),
-        "prompt tokens": ("driftless_llm_org_tokens_total", {"kind": "prompt"}),
-        "completion tokens": ("driftless_llm_org_tokens_total", {"kind": "completion"}),
+        "calls ok": ("driftless_llm_calls_total", {"outcome": "ok"}),
+        "calls error": ("driftless_llm_calls_total", {"outcome": "error"}),
+        "prompt tokens": ("driftless_llm_tokens_total", {"kind": "prompt"}),
+        "completion tokens": ("driftless_llm_tokens_total", {"kind": "completion"}),
     }
     return {
-        key: REGISTRY.get_sample_value(name, {"org": org_id, "model": MODEL, **labels}) or 0.0
+        key: REGISTRY.get_sample_value(
+            name, {"model": MODEL, "purpose": "summarize", **labels}
+        ) or 0.0
         for key, (name, labels) in samples.items()
-    }
+    }  # fmt: skip
+
+
+def counted_since(before: dict[str, float]) -> dict[str, float]:
+    return {key: value - before[key] for key, value in counters().items()}
 
 
 def test_a_summary_the_worker_makes_is_a_usage_row_of_the_topics_org(
@@ -45,6 +52,7 @@ def test_a_summary_the_worker_makes_is_a_usage_row_of_the_topics_org(
 ) -> None:
     fake_openai.queue(Reply(json.dumps(SUMMARY), usage=(120, 17)))
     auth, bystander = system.new_org(), system.new_org()
+    before = counters()
     org_id, topic_id = system.close_a_topic(auth)
 
     topic = system.summarized(auth, topic_id)
@@ -56,7 +64,7 @@ def test_a_summary_the_worker_makes_is_a_usage_row_of_the_topics_org(
     assert usage["byModel"] == {MODEL: {"llmCalls": 1, "promptTokens": 120, "completionTokens": 17}}
     empty: Any = system.client.get("/agents-api/usage", headers=bystander).json
     assert (empty["llmCalls"], empty["byModel"]) == (0, {})
-    assert org_counters(org_id) == {
+    assert counted_since(before) == {
         "calls ok": 1,
         "calls error": 0,
         "prompt tokens": 120,
@@ -69,6 +77,7 @@ def test_a_failed_call_is_a_usage_row_with_outcome_error_and_no_tokens(
 ) -> None:
     fake_openai.fail(500)
     auth = system.new_org()
+    before = counters()
     org_id, topic_id = system.close_a_topic(auth)
 
     topic = system.summarized(auth, topic_id)
@@ -78,7 +87,7 @@ def test_a_failed_call_is_a_usage_row_with_outcome_error_and_no_tokens(
     assert system.rows(org_id) == [(MODEL, "summarize", "error", 0, 0)]
     usage: Any = system.client.get("/agents-api/usage", headers=auth).json
     assert (usage["llmCalls"], usage["promptTokens"], usage["completionTokens"]) == (1, 0, 0)
-    assert org_counters(org_id) == {
+    assert counted_since(before) == {
         "calls ok": 0,
         "calls error": 1,
         "prompt tokens": 0,
@@ -92,6 +101,7 @@ def test_absurd_token_counts_are_clamped_and_the_orgs_limits_and_usage_still_ans
     """A server (an org's own, above all) reports what it likes: two calls of 2e9 + 2e9
     tokens overflowed the org's int4 sum, and /limits and /usage answered 500."""
     auth = system.new_org()
+    before = counters()
     for _ in range(2):
         fake_openai.queue(Reply(json.dumps(SUMMARY), usage=(2_000_000_000, 2_000_000_000)))
         org_id, topic_id = system.close_a_topic(auth)
@@ -106,7 +116,7 @@ def test_absurd_token_counts_are_clamped_and_the_orgs_limits_and_usage_still_ans
     assert usage.status_code == 200, usage.data
     answered: Any = usage.json
     assert (answered["promptTokens"], answered["completionTokens"]) == (2 * most, 2 * most)
-    assert org_counters(org_id)["prompt tokens"] == 2 * most
+    assert counted_since(before)["prompt tokens"] == 2 * most
 
 
 def test_a_negative_token_count_is_counted_as_none_and_the_summary_is_kept_41(
@@ -116,11 +126,12 @@ def test_a_negative_token_count_is_counted_as_none_and_the_summary_is_kept_41(
     usage row, and the topic never summarized."""
     fake_openai.queue(Reply(json.dumps(SUMMARY), usage=(-5, 17)))
     auth = system.new_org()
+    before = counters()
     org_id, topic_id = system.close_a_topic(auth)
 
     topic = system.summarized(auth, topic_id)
 
     assert topic["summarySource"] == "llm"
     assert system.rows(org_id) == [(MODEL, "summarize", "ok", 0, 17)]
-    assert org_counters(org_id)["prompt tokens"] == 0
-    assert org_counters(org_id)["completion tokens"] == 17
+    assert counted_since(before)["prompt tokens"] == 0
+    assert counted_since(before)["completion tokens"] == 17
