@@ -2,9 +2,10 @@
 
 A traced web under a bench needs somewhere to send its spans, and that somewhere must not
 be what is measured: this sink answers 200 to every `POST /v1/traces` and keeps count of
-the requests, their bytes and the spans in them (decoded, so a bench can see whether the
-batch processor dropped any). It runs as a process of its own (bench/post_path.py starts
-it), so its CPU is never counted as the web's. `GET /stats` answers the counts as JSON.
+the requests, their bytes and the spans in them by name (decoded, so a bench can see
+which spans a request makes and whether the batch processor dropped any). It runs as a
+process of its own (bench/post_path.py starts it), so its CPU is never counted as the
+web's. `GET /stats` answers the counts as JSON.
 
     .venv/bin/python -m bench.otlp_sink --port 4318
 """
@@ -48,9 +49,8 @@ class Counts:
 
     def as_json(self) -> bytes:
         with self.lock:
-            return json.dumps(
-                {"requests": self.requests, "bytes": self.bytes, "spans": self.spans}
-            ).encode()
+            counts = {"requests": self.requests, "bytes": self.bytes, "spans": self.spans}
+            return json.dumps({**counts, "names": dict(self.names.most_common())}).encode()
 
 
 def handler_for(counts: Counts) -> type[BaseHTTPRequestHandler]:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from bench.common import arguments, bench_env, machine
 from bench.http_throughput import CHECKOUT
-from bench.post_path import Checkout, prepare, sink_running, traced
+from bench.post_path import Checkout, key_name, prepare, sink_running, traced
 
 # A thing of the process's own, so that a second run of the same code counts the same.
 HASH_SEED = "0"
@@ -128,7 +128,7 @@ def summarize(checkouts: list[Checkout], counts: dict[str, list[float]], *, post
         median = statistics.median(runs)
         spread = ", ".join(f"{r / 1e6:.3f}" for r in runs)
         print(f"  {checkout.label:<12} {median / 1e6:13.3f} {median / base:11.4f} {spread:>24}")
-        name = re.sub(r"[^A-Za-z0-9]", "_", checkout.label.replace("+", "_dirty"))
+        name = key_name(checkout.label)
         fields += [
             f"{name}_instructions_per_post={median:.0f}",
             f"{name}_ratio={median / base:.4f}",

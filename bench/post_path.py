@@ -45,6 +45,7 @@ import argparse
 import contextlib
 import http.client
 import json
+import re
 import statistics
 import subprocess
 import urllib.request
@@ -52,6 +53,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -150,9 +152,10 @@ class Sink:
     url: str
     process: Subprocess
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, Any]:
+        """requests, bytes, spans: counts; names: the spans' names and how many of each."""
         with urllib.request.urlopen(f"{self.url}/stats", timeout=10) as answer:
-            counts: dict[str, int] = json.load(answer)
+            counts: dict[str, Any] = json.load(answer)
             return counts
 
 
@@ -398,7 +401,7 @@ def summarize(checkouts: list[Checkout], shares: list[float]) -> None:
         print(line)
         spread = ", ".join(f"{p.rps:.0f}" for p in checkout.posts)
         print(f"  {'':<10} posts/s per round: {spread}")
-        name = checkout.label.replace("+", "_dirty").replace("'", "_")
+        name = key_name(checkout.label)
         fields += [
             f"{name}_healthz_rps={health:.1f}",
             f"{name}_posts_rps={checkout.capacity:.1f}",
@@ -417,6 +420,11 @@ def summarize(checkouts: list[Checkout], shares: list[float]) -> None:
     print("post_path " + " ".join(fields))
 
 
+def key_name(label: str) -> str:
+    """A label as the machine-readable line's key prefix: letters, digits and `_`."""
+    return re.sub(r"[^A-Za-z0-9]", "_", label.replace("+", "_dirty"))
+
+
 def sink_fields(checkout: Checkout, name: str) -> list[str]:
     """What the variant's sink received, per request the web served (posts, their warm-ups,
     the sessions; probes are not traced), and the sink's own CPU per request."""
@@ -430,6 +438,8 @@ def sink_fields(checkout: Checkout, name: str) -> list[str]:
         f" {counts['spans'] / served:.2f} spans and {counts['bytes'] / served:.0f} bytes a"
         f" request, sink CPU {sink_cpu_ms / served:.3f} ms a request"
     )
+    names = ", ".join(f"{name} {n / served:.2f}" for name, n in counts["names"].items())
+    print(f"  {'':<10} spans a request: {names}")
     return [
         f"{name}_spans_per_request={counts['spans'] / served:.2f}",
         f"{name}_export_bytes_per_request={counts['bytes'] / served:.0f}",
