@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import threading
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -34,18 +35,21 @@ class Counts:
         self.requests = 0
         self.bytes = 0
         self.spans = 0
+        self.names: Counter[str] = Counter()
 
     def add(self, body: bytes) -> None:
         request = ExportTraceServiceRequest.FromString(body)
-        spans = sum(
-            len(scope.spans)
+        names = [
+            span.name
             for resource in request.resource_spans
             for scope in resource.scope_spans
-        )
+            for span in scope.spans
+        ]
         with self.lock:
             self.requests += 1
             self.bytes += len(body)
-            self.spans += spans
+            self.spans += len(names)
+            self.names.update(names)
 
     def as_json(self) -> bytes:
         with self.lock:
