@@ -161,6 +161,7 @@ class Sink:
 
 @contextlib.contextmanager
 def sink_running(env: BenchEnv) -> Iterator[Sink]:
+    """A sink process on a free port, once it answers; stopped by its pid at the end."""
     port = free_port()
     command = [str(BIN / "python"), "-m", "bench.otlp_sink", "--port", str(port)]
     with subprocess_running(command, env.process_environment(), cwd=CHECKOUT) as process:
@@ -201,16 +202,17 @@ def prepare(
     database_url = services.recreate_database(
         services.admin_database_url(), f"{BENCH_DATABASE}_tree{index}"
     )
-    extra = {}
-    if variant is not None:
-        url = sink.url if sink else ""
-        extra = {name: value.replace(SINK, url) for name, value in variant.extra.items()}
     environment = env.process_environment(
         DATABASE_URL=database_url,
         DRIFTLESS_ORG_REQUESTS_PER_S=BUCKET_NEVER_EMPTY,
         DRIFTLESS_ORG_REQUEST_BURST=BUCKET_NEVER_EMPTY,
-        **extra,
     )
+    # Traces are what the variant says, never the shell's: an OTEL_EXPORTER_OTLP_ENDPOINT
+    # left in the environment would trace the baseline and the "off" row too.
+    environment = {k: v for k, v in environment.items() if not k.startswith("OTEL_")}
+    if variant is not None:
+        url = sink.url if sink else ""
+        environment |= {name: value.replace(SINK, url) for name, value in variant.extra.items()}
     label = variant.label if variant else label_of(path, taken)
     if label in taken and variant is not None:
         raise SystemExit(f"--variant {label}: that label is taken")
@@ -330,15 +332,16 @@ def main() -> None:
     variants: list[Variant] = args.variant + args.traced
     with contextlib.ExitStack() as sinks:
         checkouts = [prepare(env, path, i, taken) for i, path in enumerate(paths)]
-        for number, extra in enumerate(variants, start=len(paths)):
-            sink = sinks.enter_context(sink_running(env)) if extra.wants_sink else None
-            checkouts.append(prepare(env, extra.path, number, taken, variant=extra, sink=sink))
+        for number, again in enumerate(variants, start=len(paths)):
+            sink = sinks.enter_context(sink_running(env)) if again.wants_sink else None
+            checkouts.append(prepare(env, again.path, number, taken, variant=again, sink=sink))
         run(env, checkouts, args, shares)
 
 
 def run(
     env: BenchEnv, checkouts: list[Checkout], args: argparse.Namespace, shares: list[float]
 ) -> None:
+    """Every checkout served at once: the closed-loop rounds, then the open-loop shares."""
     for checkout in checkouts:
         extra = " ".join(
             f"{name}={value}"
@@ -380,7 +383,8 @@ def run(
                 )  # fmt: skip
                 checkout.paced[share] = paced
                 _print(checkout, f"{share:.0%}", paced, client_ms)
-    # Stopped: each web's exit flushed its batch processor, so its sink has every span.
+    # The webs are stopped: a traced one's exit shut its provider down (atexit), which
+    # exported what its batch processor still held, so the sinks' counts are whole.
     summarize(checkouts, shares)
 
 
