@@ -26,6 +26,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 TRACES_PATH = "/v1/traces"
+HOLD_LIMIT_S = 120.0  # a held export is answered at the latest after this
 
 
 @dataclass(frozen=True)
@@ -174,28 +175,52 @@ class HttpReceiver(Received):
 
 
 class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self, received: Received) -> None:
-        self._received = received
+    def __init__(self, receiver: GrpcReceiver) -> None:
+        self._receiver = receiver
 
     def Export(
         self, request: trace_service_pb2.ExportTraceServiceRequest, context: Any
     ) -> trace_service_pb2.ExportTraceServiceResponse:
-        self._received.add(request)
+        self._receiver.add(request)
+        self._receiver._wait_for_release()
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
 class GrpcReceiver(Received):
     """OTLP/gRPC: `with GrpcReceiver() as receiver:`; `endpoint` for an exporter whose
-    OTEL_EXPORTER_OTLP_PROTOCOL is grpc (insecure: an http:// endpoint)."""
+    OTEL_EXPORTER_OTLP_PROTOCOL is grpc (insecure: an http:// endpoint).
+
+    `hold()` keeps each export's call unanswered (its spans are kept at once) until
+    `release()`, as a collector that is slow to answer: `held` counts those waiting."""
+
+    held: int
 
     def __enter__(self) -> GrpcReceiver:
         import grpc
 
+        self.held = 0
+        self._released = threading.Event()
+        self._released.set()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(self), self._server)
         self._port = self._server.add_insecure_port("127.0.0.1:0")
         self._server.start()
         return self
+
+    def hold(self) -> None:
+        self._released.clear()
+
+    def release(self) -> None:
+        self._released.set()
+
+    def _wait_for_release(self) -> None:
+        with self._lock:
+            self.held += 1
+        try:
+            self._released.wait(timeout=HOLD_LIMIT_S)
+        finally:
+            with self._lock:
+                self.held -= 1
 
     @property
     def endpoint(self) -> str:
@@ -204,4 +229,5 @@ class GrpcReceiver(Received):
     def __exit__(
         self, _t: type[BaseException] | None, _e: BaseException | None, _tb: TracebackType | None
     ) -> None:
+        self.release()
         self._server.stop(grace=None)

@@ -11,6 +11,8 @@ so a turn's spans arrive within a second of its end.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -96,12 +98,11 @@ def system_env(database_url: str, redis_url: str, **values: str) -> dict[str, st
 
 
 def traced_env(database_url: str, redis_url: str, endpoint: str, **values: str) -> dict[str, str]:
-    return system_env(
-        database_url, redis_url,
-        OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
-        OTEL_BSP_SCHEDULE_DELAY=str(BATCH_DELAY_MS),
-        **values,
-    )  # fmt: skip
+    traced = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+        "OTEL_BSP_SCHEDULE_DELAY": str(BATCH_DELAY_MS),
+    }
+    return system_env(database_url, redis_url, **(traced | values))
 
 
 def _start_stack(processes: Processes, database_url: str, http: HttpReceiver,
@@ -156,6 +157,18 @@ def close_a_topic(api: Api) -> str:
     assert api.post_message(session["id"], "Ship the beta on Friday").status == 201
     assert api.close_topic(session["id"]).status == 201
     return str(session["activeTopicId"])
+
+
+def wait_for_summary(stack: Stack, api: Api, topic_id: str) -> None:
+    """Until the topic's summary is stored (whether or not anything was traced)."""
+    org = org_of(stack.database_url, api.key)
+    wait_until(
+        lambda: any(
+            t.summarized for t in topics_of(stack.database_url, org) if str(t.id) == topic_id
+        ),
+        timeout=WAIT_S,
+        what=f"topic {topic_id}'s summary",
+    )
 
 
 def wait_for_span(received: Received, what: str, test: Callable[[Span], bool]) -> Span:
@@ -267,7 +280,7 @@ def test_44_a_beat_sends_its_periodic_jobs_as_roots_the_worker_continues(stack: 
 def grpc_worker(stack: Stack) -> Child:
     """The Procfile's gevent worker exporting over gRPC, under a name of the operator's."""
     env = stack.traced(stack.grpc.endpoint, OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
-                       OTEL_SERVICE_NAME="my-memory")  # fmt: skip
+                       OTEL_SERVICE_NAME="my-memory", OTEL_EXPORTER_OTLP_TIMEOUT="120")  # fmt: skip
     return stack.use_worker("grpc, my-memory", env)
 
 
@@ -279,19 +292,30 @@ def test_44_b_otel_service_name_renames_the_worker(stack: Stack, grpc_worker: Ch
     assert stack.grpc.services() == {"my-memory"}
 
 
-def test_44_c_a_gevent_worker_exports_over_grpc_and_keeps_serving(
+def test_44_c_a_gevent_worker_exports_over_grpc_and_serves_while_an_export_waits(
     stack: Stack, grpc_worker: Child
 ) -> None:
-    """gRPC under gevent (shared/infra/tracing.py makes grpc green): the exports arrive and
-    the worker goes on serving turns after them."""
+    """gRPC under gevent: the exports arrive, and while one waits for the collector's answer
+    the worker's other greenlets go on (shared/infra/tracing.py makes gRPC green). A gRPC
+    that blocked the process would hold the next turn's summary until the export ended
+    (OTEL_EXPORTER_OTLP_TIMEOUT, 120 s here), long after this test gave up waiting."""
     api = stack.api()
-    for _ in range(3):  # each after the last's exports: a hung worker would miss the next
+    topic_id = close_a_topic(api)
+    job = summary_job(stack.grpc, topic_id)
+    # The request's spans went over HTTP (the web's), the job's over gRPC: one trace.
+    chain = request_root(job, stack.http, stack.grpc)
+    assert_one_turn(job, chain, by_id(stack.http, stack.grpc), "my-memory")
+
+    stack.grpc.hold()
+    try:
+        # beat's reconcile, every 2 s, gives the worker spans to send
+        wait_until(lambda: stack.grpc.held > 0, timeout=WAIT_S, what="an export held")
         topic_id = close_a_topic(api)
-        job = summary_job(stack.grpc, topic_id)
-        # The request's spans went over HTTP (the web's), the job's over gRPC: one trace.
-        chain = request_root(job, stack.http, stack.grpc)
-        assert_one_turn(job, chain, by_id(stack.http, stack.grpc), "my-memory")
-    assert "grpc" not in stack.web.output().lower()
+        wait_for_summary(stack, api, topic_id)
+        assert stack.grpc.held > 0  # served while the export still waited
+    finally:
+        stack.grpc.release()
+    summary_job(stack.grpc, topic_id)
 
 
 def test_44_d_without_an_endpoint_the_processes_send_nothing(stack: Stack) -> None:
@@ -309,12 +333,7 @@ def test_44_d_without_an_endpoint_the_processes_send_nothing(stack: Stack) -> No
         web.wait_ready()
         api = stack.api(port)
         topic_id = close_a_topic(api)
-        org = org_of(stack.database_url, api.key)
-        wait_until(
-            lambda: any(t.summarized for t in topics_of(stack.database_url, org)
-                        if str(t.id) == topic_id),
-            timeout=WAIT_S, what=f"topic {topic_id}'s summary",
-        )  # fmt: skip
+        wait_for_summary(stack, api, topic_id)
         time.sleep(5 * BATCH_DELAY_MS / 1000)  # a traced process would have sent by now
         web.terminate()
         assert quiet.exports == 0, quiet.services()
@@ -331,7 +350,10 @@ def test_44_e_a_prefork_child_exports_its_own_spans(stack: Stack) -> None:
 
     job = summary_job(stack.http, topic_id)
     assert job.resource["process.parent_pid"] == worker.pid
-    assert job.resource["process.pid"] != worker.pid
+    # Only the children send: the parent runs no task, and has no provider of its own.
+    senders = {s.resource.get("process.pid") for s in stack.http.spans()} - {None}
+    assert worker.pid not in senders
+    assert job.resource["process.pid"] in senders
     chain = request_root(job, stack.http)
     spans = by_id(stack.http)
     assert_one_turn(job, chain, spans, "driftless-worker")
@@ -356,3 +378,30 @@ def test_44_the_receiver_refuses_what_it_cannot_read() -> None:
         refused.value.close()  # the answer's socket
         assert refused.value.code == 400
         assert receiver.exports == 0
+
+
+def stop(child: Child) -> None:
+    """SIGTERM to the process alone, as an orchestrator stops a container (its pool's
+    children are its to stop), and wait for its exit."""
+    os.kill(child.pid, signal.SIGTERM)
+    child.process.wait(timeout=WAIT_S)
+
+
+@pytest.mark.parametrize("pool", ["prefork", "gevent"])
+def test_44_f_a_process_told_to_stop_sends_its_last_spans_first(stack: Stack, pool: str) -> None:
+    """Spans wait in the batch processor's queue (OTEL_BSP_SCHEDULE_DELAY, 5 s by default;
+    a minute here): a web or worker that stops sends them before it exits, a prefork pool's
+    child too, though it leaves by os._exit, which skips the provider's atexit flush."""
+    env = stack.traced(stack.http.endpoint, OTEL_BSP_SCHEDULE_DELAY="60000")
+    port = free_port()
+    web = stack.processes.web(env, port, workers=1, wait=False)
+    worker = stack.use_worker(f"{pool}, sends a minute late", env, pool=pool, concurrency=2)
+    web.wait_ready()
+    api = stack.api(port)
+    topic_id = close_a_topic(api)
+    wait_for_summary(stack, api, topic_id)
+    stop(worker)
+    stop(web)
+    job = summary_job(stack.http, topic_id)
+    chain = request_root(job, stack.http)
+    assert_one_turn(job, chain, by_id(stack.http), "driftless-worker")
