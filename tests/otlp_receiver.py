@@ -182,7 +182,7 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         self, request: trace_service_pb2.ExportTraceServiceRequest, context: Any
     ) -> trace_service_pb2.ExportTraceServiceResponse:
         self._receiver.add(request)
-        self._receiver._wait_for_release()
+        self._receiver._wait_for_release({s.service for s in spans_of(request)})
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
@@ -191,14 +191,15 @@ class GrpcReceiver(Received):
     OTEL_EXPORTER_OTLP_PROTOCOL is grpc (insecure: an http:// endpoint).
 
     `hold()` keeps each export's call unanswered (its spans are kept at once) until
-    `release()`, as a collector that is slow to answer: `held` counts those waiting."""
+    `release()`, as a collector that is slow to answer: `held` has the services of each
+    export waiting."""
 
-    held: int
+    held: list[set[str]]
 
     def __enter__(self) -> GrpcReceiver:
         import grpc
 
-        self.held = 0
+        self.held = []
         self._released = threading.Event()
         self._released.set()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -213,14 +214,19 @@ class GrpcReceiver(Received):
     def release(self) -> None:
         self._released.set()
 
-    def _wait_for_release(self) -> None:
+    def holds(self, service: str) -> bool:
+        """An export of `service`'s waits for its answer."""
         with self._lock:
-            self.held += 1
+            return any(service in services for services in self.held)
+
+    def _wait_for_release(self, services: set[str]) -> None:
+        with self._lock:
+            self.held.append(services)
         try:
             self._released.wait(timeout=HOLD_LIMIT_S)
         finally:
             with self._lock:
-                self.held -= 1
+                self.held.remove(services)
 
     @property
     def endpoint(self) -> str:

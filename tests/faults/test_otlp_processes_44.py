@@ -5,14 +5,24 @@ operator uses it, nothing but the SDK's variables, into a receiver of the test's
 The web (gunicorn's gevent worker), beat and a gevent worker are started once for the
 module with OTEL_EXPORTER_OTLP_ENDPOINT; each case that needs another worker (gRPC and a
 name of its own, prefork, none of it) stops the one before and starts its own, on the same
-Redis, database and web. The batch processor sends every 200 ms (OTEL_BSP_SCHEDULE_DELAY),
-so a turn's spans arrive within a second of its end.
+Redis and database (and a web of its own where the web's configuration is the point). The
+batch processor sends every 200 ms (OTEL_BSP_SCHEDULE_DELAY), so a turn's spans arrive
+within a second of its end.
+
+- a: one trace per turn across processes (web → org's list → worker → model), and beat's
+  periodic sends as roots the worker continues; gzip-compressed and plain exports;
+- b, c: OTEL_SERVICE_NAME, and OTLP/gRPC from the gevent worker and the gevent web, which
+  go on serving while an export waits for its answer (gRPC made green, or they stall);
+- d: no endpoint, nothing sent; e: prefork, each child traced, the parent silent;
+- f: a process told to stop sends the spans it still holds (a prefork child too).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -206,6 +216,20 @@ def ancestors(span: Span, spans: dict[int, Span]) -> list[Span]:
     return chain
 
 
+def under(ancestor: Span, spans: dict[int, Span]) -> list[Span]:
+    """The spans received so far below `ancestor` (others may wait for a parent still in
+    its process's queue: a task running now)."""
+
+    def descends(span: Span) -> bool:
+        while span.parent_span_id in spans:
+            span = spans[span.parent_span_id]  # type: ignore[index]
+            if span.span_id == ancestor.span_id:
+                return True
+        return False
+
+    return [s for s in spans.values() if descends(s)]
+
+
 def request_root(job: Span, *receivers: Received) -> list[Span]:
     """The job's ancestors, once the request's own span (the trace's root) has arrived."""
 
@@ -228,10 +252,7 @@ def assert_one_turn(job: Span, chain: list[Span], spans: dict[int, Span], worker
     assert (enqueue.service, enqueue.name) == ("driftless-web", ENQUEUE_SPAN)
     assert job.service == worker
     assert {s.trace_id for s in chain} == {job.trace_id}
-    chats = [
-        s for s in spans.values()
-        if s.name == f"chat {LOCAL_MODEL}" and job in ancestors(s, spans)
-    ]  # fmt: skip
+    chats = [s for s in under(job, spans) if s.name == f"chat {LOCAL_MODEL}"]
     assert [(c.service, c.trace_id) for c in chats] == [(worker, job.trace_id)]
     assert chats[0].attributes["driftless.llm.purpose"] == "summarize"
 
@@ -248,15 +269,15 @@ def test_44_a_web_worker_and_beat_send_one_trace_per_turn_over_otlp_http(stack: 
     spans = by_id(stack.http)
     assert_one_turn(job, chain, spans, "driftless-worker")
     # The worker's side of the turn: its SQL and the ticket's run, linked from the job.
-    below = [s for s in spans.values() if job in ancestors(s, spans)]
+    below = under(job, spans)
     assert any(s.attributes.get("db.system") == "postgresql" for s in below), below
     [(_, ticket_id)] = job.links
     ticket = wait_for_span(stack.http, "the ticket's run", lambda s: s.span_id == ticket_id)
     assert (ticket.service, ticket.name) == ("driftless-worker", "run/driftless.next_model_job")
     # The web's exports came gzip-compressed, the worker's and beat's as they are.
     assert {"gzip", ""} <= set(stack.http.encodings)
-    for child in (stack.web, stack.worker, stack.beat):
-        assert TRACES_ON in child.output(), child.name
+    for child in (stack.web, stack.worker, stack.beat):  # beat says so after it is ready
+        wait_until(lambda c=child: TRACES_ON in c.output(), timeout=WAIT_S, what=child.name)
 
 
 def test_44_a_beat_sends_its_periodic_jobs_as_roots_the_worker_continues(stack: Stack) -> None:
@@ -289,7 +310,7 @@ def test_44_b_otel_service_name_renames_the_worker(stack: Stack, grpc_worker: Ch
     job = summary_job(stack.grpc, topic_id)
     assert job.service == "my-memory"
     assert job.resource["service.name"] == "my-memory"
-    assert stack.grpc.services() == {"my-memory"}
+    assert "driftless-worker" not in stack.grpc.services()
 
 
 def test_44_c_a_gevent_worker_exports_over_grpc_and_serves_while_an_export_waits(
@@ -309,13 +330,38 @@ def test_44_c_a_gevent_worker_exports_over_grpc_and_serves_while_an_export_waits
     stack.grpc.hold()
     try:
         # beat's reconcile, every 2 s, gives the worker spans to send
-        wait_until(lambda: stack.grpc.held > 0, timeout=WAIT_S, what="an export held")
+        wait_until(lambda: stack.grpc.holds("my-memory"), timeout=WAIT_S, what="an export held")
         topic_id = close_a_topic(api)
         wait_for_summary(stack, api, topic_id)
-        assert stack.grpc.held > 0  # served while the export still waited
+        assert stack.grpc.holds("my-memory")  # served while the export still waited
     finally:
         stack.grpc.release()
     summary_job(stack.grpc, topic_id)
+
+
+def test_44_c_the_gevent_web_exports_over_grpc_and_answers_while_an_export_waits(
+    stack: Stack,
+) -> None:
+    """The same of the web (gunicorn's gevent worker): a request while the process's last
+    export waits for its answer is answered, and its spans follow."""
+    env = stack.traced(stack.grpc.endpoint, OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
+                       OTEL_SERVICE_NAME="my-web", OTEL_EXPORTER_OTLP_TIMEOUT="120")  # fmt: skip
+    port = free_port()
+    web = stack.processes.web(env, port, workers=1)
+    api = stack.api(port)
+    stack.grpc.hold()
+    try:
+        api.new_session()  # its spans go out 200 ms after it
+        wait_until(lambda: stack.grpc.holds("my-web"), timeout=WAIT_S, what="an export held")
+        api.new_session()
+        assert stack.grpc.holds("my-web")  # answered while the export still waited
+    finally:
+        stack.grpc.release()
+    posts = lambda: stack.grpc.spans(  # noqa: E731
+        lambda s: (s.service, s.kind, s.name) == ("my-web", SERVER, "POST /agents-api/sessions")
+    )
+    wait_until(lambda: len(posts()) == 2, timeout=WAIT_S, what="both requests' spans")
+    web.terminate()
 
 
 def test_44_d_without_an_endpoint_the_processes_send_nothing(stack: Stack) -> None:
@@ -357,7 +403,7 @@ def test_44_e_a_prefork_child_exports_its_own_spans(stack: Stack) -> None:
     chain = request_root(job, stack.http)
     spans = by_id(stack.http)
     assert_one_turn(job, chain, spans, "driftless-worker")
-    below = [s for s in spans.values() if job in ancestors(s, spans)]
+    below = under(job, spans)
     assert any(s.attributes.get("db.system") == "postgresql" for s in below), [
         s.name for s in below
     ]
@@ -382,9 +428,16 @@ def test_44_the_receiver_refuses_what_it_cannot_read() -> None:
 
 def stop(child: Child) -> None:
     """SIGTERM to the process alone, as an orchestrator stops a container (its pool's
-    children are its to stop), and wait for its exit."""
+    children are its to stop), and wait for its exit. One that does not exit is made to
+    write its threads' stacks to its log (PYTHONFAULTHANDLER), which a failure prints."""
     os.kill(child.pid, signal.SIGTERM)
-    child.process.wait(timeout=WAIT_S)
+    try:
+        child.process.wait(timeout=WAIT_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGABRT)
+        time.sleep(1)  # the stacks reach the log
+        raise AssertionError(f"{child.name} still running {WAIT_S} s after SIGTERM") from None
 
 
 @pytest.mark.parametrize("pool", ["prefork", "gevent"])
@@ -392,7 +445,7 @@ def test_44_f_a_process_told_to_stop_sends_its_last_spans_first(stack: Stack, po
     """Spans wait in the batch processor's queue (OTEL_BSP_SCHEDULE_DELAY, 5 s by default;
     a minute here): a web or worker that stops sends them before it exits, a prefork pool's
     child too, though it leaves by os._exit, which skips the provider's atexit flush."""
-    env = stack.traced(stack.http.endpoint, OTEL_BSP_SCHEDULE_DELAY="60000")
+    env = stack.traced(stack.http.endpoint, OTEL_BSP_SCHEDULE_DELAY="60000", PYTHONFAULTHANDLER="1")
     port = free_port()
     web = stack.processes.web(env, port, workers=1, wait=False)
     worker = stack.use_worker(f"{pool}, sends a minute late", env, pool=pool, concurrency=2)
