@@ -57,6 +57,9 @@ ORG_ID = "driftless.org_id"
 # (a regular expression searched in the request's URL).
 EXCLUDED_URLS = r"^[a-z]+://[^/]+/(healthz|readyz|metrics)(\?|$)"
 
+# How long a leaving process waits for its last spans to go (the exporters' own timeout).
+FLUSH_TIMEOUT_MS = 10_000
+
 tracer = trace.get_tracer("driftless")
 
 
@@ -266,6 +269,14 @@ def stop() -> None:
     _active.provider.force_flush()
     _active.provider.shutdown()
     _active = None
+
+
+def flush() -> None:
+    """Send the spans the batch processor still holds (OTEL_BSP_SCHEDULE_DELAY's worth, 5 s
+    by default), within the exporter's time: for a process that leaves without running
+    atexit, where the provider would do it (a prefork pool's child ends in os._exit)."""
+    if _active is not None:
+        _active.provider.force_flush(timeout_millis=FLUSH_TIMEOUT_MS)
 
 
 def active() -> bool:
