@@ -246,3 +246,11 @@ def test_44_a_job_sent_back_after_a_database_blip_stays_in_its_trace(traced: Tra
     job_span = _the(list(spans.values()), "the job", lambda s: s.name == MODEL_JOB_SPAN)
     assert job_span.status.status_code == StatusCode.ERROR
     assert (job_span.attributes or {})["error.type"] == "OperationalError"
+
+
+def test_44_probes_and_scrapes_are_not_traced_and_other_requests_are(traced: Traced) -> None:
+    traced.exporter.clear()
+    for path in ("/healthz", "/readyz", "/metrics", "/agents-api/openapi.json"):
+        assert traced.client.get(path).status_code in (200, 503), path
+    servers = [s.name for s in traced.spans() if s.kind == SpanKind.SERVER]
+    assert servers == ["GET /agents-api/openapi.json"]
