@@ -24,6 +24,12 @@ from tests.llm_server import FakeOpenAI
 BEFORE_S, AFTER_S = 2.0, 2.0
 # The bound: the service answers again (a Redis-backed read succeeds) this soon.
 ANSWERS_AGAIN_S = 15.0
+# The load leaves a backlog (hundreds of tickets, the reconciler's resends among them) that
+# one worker of 16 greenlets drains on two shared cores in 20-40 s: 20.1-40.3 s over four
+# runs on this code and 28.2-40.3 s over four on 89efeaf (2026-12-07), so the 40 s this
+# waited was the edge, and CI failed on it. The assertion is that nothing is lost; the time
+# is the backlog's, and the report line says it.
+DRAIN_S = 120.0
 
 
 @pytest.mark.faults
@@ -78,10 +84,12 @@ def test_sentinel_failover_under_load_loses_nothing_and_answers_within_15_s_42(
     assert api.close_topic(session["id"]).status == 201
     closed = [t.id for t in topics_of(fresh_database, org) if t.status == "closed"]
     assert final in closed
+    draining = time.monotonic()
     wait_until(
         lambda: all(t.summarized for t in topics_of(fresh_database, org) if t.id in closed),
-        timeout=40, interval=0.5, what="every closed topic summarized after the failover",
+        timeout=DRAIN_S, interval=0.5, what="every closed topic summarized after the failover",
     )  # fmt: skip
+    drained_s = time.monotonic() - draining
     assert web.alive() and beat.alive() and worker.alive(), worker.tail()
     assert str(final) in worker.output()  # its job went through the promoted replica
     assert len([c for c in processes.children if c.name == "worker"]) == 1  # never restarted
@@ -91,5 +99,6 @@ def test_sentinel_failover_under_load_loses_nothing_and_answers_within_15_s_42(
         f"Sentinel failover under load ({POSTERS} clients, primary killed -9): answering"
         f" again {answered_s:.1f} s after the kill; {len(messages)} message posts all 201,"
         f" {len(lost)} lost; {unavailable} reads answered 503 meanwhile; {len(closed)} closed"
-        f" topics all summarized ({reconciled} by the reconciler); worker never restarted"
+        f" topics all summarized ({reconciled} by the reconciler) {drained_s:.0f} s after the"
+        f" load; worker never restarted"
     )
