@@ -1,10 +1,10 @@
 """The vector tables: created only on a server that has pgvector, by an idempotent step.
 
-Migration 0018 calls `ensure_vector_schema`; so do `driftless db upgrade` (after the
-migrations) and `driftless embeddings backfill`, so a server that gains the extension
-later gets the tables without a new migration. A server without it passes every
-migration and simply has none of these tables: the feature reports itself off
-(`shared/embeddings/store.py: vectors_available`).
+Migration 0018 runs these statements as they were then; `driftless db upgrade` (after the
+migrations) and `driftless embeddings backfill` call `ensure_vector_schema`, so a server
+that gains the extension later gets the tables without a new migration. A server without
+it passes every migration and simply has none of these tables: the feature reports itself
+off (`shared/embeddings/store.py: vectors_available`).
 
 The `embedding` column has no fixed dimension, so a model of any size fits and a model
 change needs no DDL. An HNSW index needs one, so each (table, model, dimension) gets its
